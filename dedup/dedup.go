@@ -1,0 +1,71 @@
+// Package dedup keeps the record of which webhook events were claimed and
+// completed, in Redis or in process memory, with one atomic step per operation.
+package dedup
+
+import (
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	// ErrNotOwner means Complete or Release was called with a claim whose
+	// lease expired and whose key now belongs to someone else (or to no one).
+	ErrNotOwner = errors.New("dedup: claim no longer owned")
+	// ErrNotFound means Lookup found no record for the key.
+	ErrNotFound = errors.New("dedup: no record")
+)
+
+// State is where an event ID is in its lifecycle.
+type State uint8
+
+const (
+	// Absent means no record exists: the key is free to claim.
+	Absent State = iota
+	// InFlight means a claim is held and its request is still with the upstream.
+	InFlight
+	// Completed means the upstream answered 2xx; the record lives for its TTL.
+	Completed
+)
+
+// String returns the name used in the admin API: "in-flight" or "completed".
+func (s State) String() string {
+	switch s {
+	case InFlight:
+		return "in-flight"
+	case Completed:
+		return "completed"
+	default:
+		return "absent"
+	}
+}
+
+// Claim is proof of ownership of a key, returned by a successful claim. Its
+// Token is checked atomically by Complete and Release.
+type Claim struct {
+	Key   string
+	Token string
+}
+
+// Result is what a completed record keeps of the upstream's answer.
+type Result struct {
+	// Status is the upstream's HTTP status code.
+	Status int
+	// Fingerprint is the SHA-256 of the request body. All zero if unknown.
+	Fingerprint [32]byte
+	// ContentType and Body are kept only when responses are replayed; empty otherwise.
+	ContentType string
+	Body        []byte
+}
+
+// Record is the current state of one key.
+type Record struct {
+	State State
+	// Result is set when State is Completed.
+	Result Result
+	// Since is when the claim was taken (InFlight) or completed (Completed).
+	Since time.Time
+	// TTL is the time left before the record expires: the lease for an
+	// in-flight claim, the retention for a completed record.
+	TTL time.Duration
+}
