@@ -84,10 +84,19 @@ const (
 
 // ParseSource parses spec for the route at path (the namespace of generic sources).
 //
-// The spec is a preset name (or alias), "auto", "header:<Header-Name>",
-// "json:<dotted.path>", or header: and json: parts joined with '+' into a
-// composite ID. A '+' always separates parts. Extractors are built here,
-// once: Resolve only picks one.
+// The spec is a preset name or alias (any case), "auto",
+// "header:<Header-Name>", "json:<dotted.path>", or header: and json: parts
+// joined with '+' into a composite ID; a '+' always separates parts.
+// Extractors, and their verifiers when opts holds a preset's secrets, are
+// built here, once: Resolve only picks one.
+//
+// auto tries the presets that have a distinctive header in the order of
+// Presets() and picks the first whose headers the request carries. Adyen,
+// Mailgun and Intercom have no such header and are never auto-detected.
+//
+// Naming a sender that has no stable per-request ID (WooCommerce, Lemon
+// Squeezy, SendGrid, HubSpot, Discord) is an error that says why and what
+// to do instead.
 func ParseSource(path, spec string, opts Options) (*Source, error) {
 	spec = strings.TrimSpace(spec)
 	presets := catalog()
@@ -208,7 +217,6 @@ func presetExtractor(p *preset, opts Options) (*Extractor, error) {
 // parseGeneric parses header: and json: sources, alone or joined with '+'.
 func parseGeneric(spec string) (*rule, error) {
 	specs := strings.Split(spec, "+")
-	parts := make([]part, len(specs))
 	if len(specs) == 1 {
 		p, err := parsePart(spec)
 		if err != nil {
@@ -216,14 +224,15 @@ func parseGeneric(spec string) (*rule, error) {
 		}
 		return newRule(p), nil
 	}
+	parts := make([]part, len(specs))
 	for i, s := range specs {
 		s = strings.TrimSpace(s)
 		if !strings.HasPrefix(s, headerPrefix) && !strings.HasPrefix(s, jsonPrefix) {
-			return nil, fmt.Errorf("part %d of the composite is %q: a composite joins only header: and json: parts", i+1, s)
+			return nil, fmt.Errorf("part %d of the composite, %q: a composite joins only header: and json: parts", i+1, s)
 		}
 		p, err := parsePart(s)
 		if err != nil {
-			return nil, fmt.Errorf("part %d of the composite: %w", i+1, err)
+			return nil, fmt.Errorf("part %d of the composite, %q: %w", i+1, s, err)
 		}
 		parts[i] = p
 	}
@@ -235,18 +244,18 @@ func parsePart(s string) (part, error) {
 	case strings.HasPrefix(s, headerPrefix):
 		name := strings.TrimSpace(strings.TrimPrefix(s, headerPrefix))
 		if !validHeaderName(name) {
-			return part{}, fmt.Errorf("header:%s: want a header name, e.g. header:X-Event-Id", name)
+			return part{}, errors.New("want a header name, e.g. header:X-Event-Id")
 		}
 		return headerPart(name), nil
 	case strings.HasPrefix(s, jsonPrefix):
 		path := strings.TrimSpace(strings.TrimPrefix(s, jsonPrefix))
 		if path == "" || slices.Contains(strings.Split(path, "."), "") {
-			return part{}, fmt.Errorf("json:%s: want a dotted path without empty segments, e.g. json:data.object.id", path)
+			return part{}, errors.New("want a dotted path without empty segments, e.g. json:data.object.id")
 		}
 		return jsonPart(path), nil
 	}
-	return part{}, fmt.Errorf("unknown source %q: want a preset (%s), auto, header:<Header-Name>, json:<dotted.path>, "+
-		"or header: and json: parts joined with '+'", s, strings.Join(presetNames(), ", "))
+	return part{}, fmt.Errorf("unknown source: want a preset (%s), auto, header:<Header-Name>, json:<dotted.path>, "+
+		"or header: and json: parts joined with '+'", strings.Join(presetNames(), ", "))
 }
 
 // presetNames lists every preset name and alias, for error messages.
