@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -24,11 +26,39 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	}
 }
 
+var update = flag.Bool("update", false, "rewrite README.md's configuration table from the code")
+
+// configTable renders config.Variables as the README's Markdown table.
+func configTable() []byte {
+	var b bytes.Buffer
+	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
+	for _, v := range config.Variables() {
+		def := "empty"
+		if v.Default != "" {
+			def = "`" + v.Default + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Name, def, strings.ReplaceAll(v.Description, "|", "\\|"))
+	}
+	return b.Bytes()
+}
+
 // The README documents every variable the code reads, and no other.
+// `go test -run README -update .` regenerates its table.
 func TestREADMEDocumentsEveryVariableAndNoOther(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if *update {
+		const startMark, endMark = "<!-- config-table:start -->\n", "<!-- config-table:end -->"
+		i, j := bytes.Index(readme, []byte(startMark)), bytes.Index(readme, []byte(endMark))
+		if i < 0 || j < i {
+			t.Fatal("README.md has no config table markers")
+		}
+		readme = append(append(append([]byte{}, readme[:i+len(startMark)]...), configTable()...), readme[j:]...)
+		if err := os.WriteFile("README.md", readme, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	known := map[string]bool{}
 	for _, v := range config.Variables() {

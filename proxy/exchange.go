@@ -12,21 +12,16 @@ import (
 )
 
 // exchange wraps the sender's ResponseWriter while the upstream's answer is
-// relayed: it marks the answer with its outcome, records the status, and
-// keeps the body for replay when asked to.
+// relayed: it marks the answer with its outcome and records the status.
 type exchange struct {
 	http.ResponseWriter
-	outcome         string
-	status          int
-	upstreamErr     error
-	keepReplay      bool
-	replayMax       int
-	replay          []byte
-	replayTruncated bool
+	outcome     string
+	status      int
+	upstreamErr error
 }
 
-func (h *Handler) newExchange(w http.ResponseWriter, outcome string) *exchange {
-	return &exchange{ResponseWriter: w, outcome: outcome, keepReplay: h.cfg.ReplayResponse, replayMax: h.cfg.ReplayMaxBytes}
+func newExchange(w http.ResponseWriter, outcome string) *exchange {
+	return &exchange{ResponseWriter: w, outcome: outcome}
 }
 
 func (e *exchange) WriteHeader(code int) {
@@ -45,13 +40,6 @@ func (e *exchange) WriteHeader(code int) {
 func (e *exchange) Write(p []byte) (int, error) {
 	if e.status == 0 {
 		e.WriteHeader(http.StatusOK)
-	}
-	if e.keepReplay && !e.replayTruncated {
-		if len(e.replay)+len(p) > e.replayMax {
-			e.replay, e.replayTruncated = nil, true
-		} else {
-			e.replay = append(e.replay, p...)
-		}
 	}
 	return e.ResponseWriter.Write(p)
 }

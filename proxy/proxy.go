@@ -126,8 +126,9 @@ func New(cfg Config) *Handler {
 			}
 			pr.SetXForwarded()
 		},
-		Transport:    cfg.Transport,
-		ErrorHandler: h.upstreamError,
+		Transport:      cfg.Transport,
+		ModifyResponse: h.settle,
+		ErrorHandler:   h.upstreamError,
 		// Flush at once: answers are small, and some senders stream.
 		FlushInterval: -1,
 		ErrorLog:      zap.NewStdLog(cfg.Logger.Named("reverseproxy")),

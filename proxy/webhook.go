@@ -186,58 +186,99 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 	}
 }
 
-// forwardClaimed forwards a claimed event and then completes the claim on a
-// 2xx answer or releases it on anything else, including a sender that went
-// away and a panic from a broken response copy.
+// claimed is a forwarded request that holds a claim, until it is settled:
+// completed on a 2xx answer, released on anything else.
+type claimed struct {
+	wh      *webhook
+	claim   dedup.Claim
+	hasher  hash.Hash // fingerprints a streamed body; nil when buffered
+	settled bool
+}
+
+type claimedKey struct{}
+
+// forwardClaimed forwards a claimed event. The claim is settled as soon as
+// the upstream's answer arrives, before the sender sees it (settle, run as
+// ModifyResponse), so a retry sent the moment the sender has its answer
+// already finds the record. When no answer comes (upstream error, timeout,
+// sender gone, or a panic from a broken copy) the claim is released.
 func (h *Handler) forwardClaimed(w http.ResponseWriter, r *http.Request, wh *webhook, claim dedup.Claim) {
 	h.m.inflight.Inc()
-	var hasher hash.Hash
+	c := &claimed{wh: wh, claim: claim}
 	if wh.body == nil && r.Body != nil && r.Body != http.NoBody {
 		// Stream the body to the upstream, fingerprinting it on the way.
-		hasher = sha256.New()
-		r.Body = &hashingBody{ReadCloser: r.Body, h: hasher}
+		c.hasher = sha256.New()
+		r.Body = &hashingBody{ReadCloser: r.Body, h: c.hasher}
 	}
-	ex := h.newExchange(w, outcomeForwarded)
+	ex := newExchange(w, outcomeForwarded)
 	defer func() {
 		// Runs during a panic too (httputil.ReverseProxy aborts the handler
 		// with http.ErrAbortHandler when the response copy fails).
 		h.m.inflight.Dec()
-		h.finish(r, wh, claim, ex, hasher)
+		wh.status, wh.outcome = ex.status, ex.outcome
+		if !c.settled {
+			h.release(r.Context(), c)
+		}
 	}()
-	h.exchange(ex, r, wh)
+	h.exchange(ex, r.WithContext(context.WithValue(r.Context(), claimedKey{}, c)), wh)
 }
 
-// finish completes or releases the claim after the upstream answered.
-func (h *Handler) finish(r *http.Request, wh *webhook, claim dedup.Claim, ex *exchange, hasher hash.Hash) {
-	wh.status, wh.outcome = ex.status, ex.outcome
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
-	defer cancel()
-	if ex.upstreamErr == nil && ex.status >= 200 && ex.status < 300 {
-		res := dedup.Result{Status: ex.status}
-		switch {
-		case wh.body != nil:
-			res.Fingerprint = fingerprint(wh.body)
-		case hasher != nil:
-			hasher.Sum(res.Fingerprint[:0])
-		}
-		if h.cfg.ReplayResponse && !ex.replayTruncated {
-			res.ContentType = ex.Header().Get("Content-Type")
-			res.Body = ex.replay
-		}
-		start := time.Now()
-		err := h.cfg.Store.Complete(ctx, claim, res, wh.ext.TTL)
-		h.storeFinished(opComplete, start, wh, err)
-		if err == nil && h.cfg.BodyFingerprint && wh.body != nil {
-			h.rememberBody(ctx, wh, res)
-		}
-		return
+// settle completes or releases the claim of a forwarded request when the
+// upstream's answer arrives. With ReplayResponse it first reads the body (up
+// to ReplayMaxBytes) to keep it, then hands it on unchanged.
+func (h *Handler) settle(resp *http.Response) error {
+	c, _ := resp.Request.Context().Value(claimedKey{}).(*claimed)
+	if c == nil {
+		return nil // not a claimed webhook
 	}
+	c.settled = true
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		h.release(resp.Request.Context(), c)
+		return nil
+	}
+	res := dedup.Result{Status: resp.StatusCode}
+	switch {
+	case c.wh.body != nil:
+		res.Fingerprint = fingerprint(c.wh.body)
+	case c.hasher != nil:
+		c.hasher.Sum(res.Fingerprint[:0])
+	}
+	if h.cfg.ReplayResponse {
+		kept, err := io.ReadAll(io.LimitReader(resp.Body, int64(h.cfg.ReplayMaxBytes)+1))
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(kept), resp.Body), resp.Body}
+		// A body too large or cut short is not kept: duplicates then get
+		// the plain duplicate answer rather than a truncated copy.
+		if err == nil && len(kept) <= h.cfg.ReplayMaxBytes {
+			res.ContentType = resp.Header.Get("Content-Type")
+			res.Body = kept
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(resp.Request.Context()), finishTimeout)
+	defer cancel()
 	start := time.Now()
-	err := h.cfg.Store.Release(ctx, claim)
-	h.storeFinished(opRelease, start, wh, err)
+	err := h.cfg.Store.Complete(ctx, c.claim, res, c.wh.ext.TTL)
+	h.storeFinished(opComplete, start, c.wh, err)
+	if err == nil && h.cfg.BodyFingerprint && c.wh.body != nil {
+		h.rememberBody(ctx, c.wh, res)
+	}
+	return nil
+}
+
+// release gives the claim up so that the sender's retry is forwarded.
+func (h *Handler) release(ctx context.Context, c *claimed) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	start := time.Now()
+	err := h.cfg.Store.Release(ctx, c.claim)
+	h.storeFinished(opRelease, start, c.wh, err)
 	if err == nil {
 		h.m.released.Inc()
 	}
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 func (h *Handler) storeFinished(op string, start time.Time, wh *webhook, err error) {
@@ -261,7 +302,7 @@ func (h *Handler) forwardUnchecked(w http.ResponseWriter, r *http.Request, wh *w
 }
 
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, wh *webhook, outcome string) {
-	ex := h.newExchange(w, outcome)
+	ex := newExchange(w, outcome)
 	defer func() { wh.status, wh.outcome = ex.status, ex.outcome }()
 	h.exchange(ex, r, wh)
 }
