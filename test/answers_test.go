@@ -44,6 +44,24 @@ func mustSend(t *testing.T, ctx context.Context, client *http.Client, px *proxy,
 	return a
 }
 
+// settledSend sends ev like a provider retrying promptly: while the proxy
+// answers in-flight it sends again. The proxy streams the app's answer to
+// the sender before it completes or releases the claim, so a redelivery
+// sent the moment an answer arrives may still find the claim in flight.
+func settledSend(t *testing.T, ctx context.Context, client *http.Client, px *proxy, p provider, ev event) answer {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		a := mustSend(t, ctx, client, px, p, ev)
+		if a.Dedup() != "in-flight" || time.Now().After(deadline) {
+			return a
+		}
+		<-tick.C
+	}
+}
+
 // expect fails the test unless a has the status and X-Webhook-Dedup value.
 func expect(t *testing.T, what string, a answer, status int, dedup string) {
 	t.Helper()
@@ -72,7 +90,7 @@ func TestDuplicateAfterCompletion(t *testing.T) {
 				t.Errorf("%s first delivery: body %q, X-App %q; want the app's answer %s", k, first.Body, first.Header.Get("X-App"), want)
 			}
 
-			dup := mustSend(t, ctx, client, px, p, ev)
+			dup := settledSend(t, ctx, client, px, p, ev)
 			expect(t, k+" redelivery", dup, 200, "duplicate")
 			if ct := dup.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 				t.Errorf("%s redelivery: Content-Type %q, want application/json", k, ct)
@@ -144,7 +162,7 @@ func TestDuplicateInFlight(t *testing.T) {
 
 				release()
 				expect(t, k+" first delivery", <-firstDone, 200, "forwarded")
-				expect(t, k+" copy after completion", mustSend(t, ctx, client, px, p, ev), 200, "duplicate")
+				expect(t, k+" copy after completion", settledSend(t, ctx, client, px, p, ev), 200, "duplicate")
 				if n := app.Effects(k); n != 1 {
 					t.Errorf("%s took effect %d times, want 1", k, n)
 				}
@@ -170,7 +188,7 @@ func TestUpstreamErrorRelayedThenRetried(t *testing.T) {
 		if want := "app failed on " + k + " attempt 1\n"; string(failed.Body) != want || failed.Header.Get("X-App-Failure") != "on purpose" {
 			t.Errorf("%s: the app's 500 was not relayed unchanged: body %q, X-App-Failure %q; want body %q", k, failed.Body, failed.Header.Get("X-App-Failure"), want)
 		}
-		expect(t, k+" retry", mustSend(t, ctx, client, px, p, ev), 200, "forwarded")
+		expect(t, k+" retry", settledSend(t, ctx, client, px, p, ev), 200, "forwarded")
 		if a, e := app.Attempts(k), app.Effects(k); a != 2 || e != 1 {
 			t.Errorf("%s: %d attempts reached the app with %d effects; want 2 and 1", k, a, e)
 		}
@@ -256,7 +274,7 @@ func TestNamespacesSeparateRoutes(t *testing.T) {
 	onJSON := event{ID: id, Body: []byte(`{"data":{"object":{"id":"` + id + `"}}}`)}
 	expect(t, "ID on the header route", mustSend(t, ctx, client, px, acme, onAcme), 200, "forwarded")
 	expect(t, "same ID on the JSON route", mustSend(t, ctx, client, px, jsonPath, onJSON), 200, "forwarded")
-	expect(t, "same ID on the header route again", mustSend(t, ctx, client, px, acme, onAcme), 200, "duplicate")
+	expect(t, "same ID on the header route again", settledSend(t, ctx, client, px, acme, onAcme), 200, "duplicate")
 }
 
 // TestBodyLimits: a route that must read the body refuses bodies over
@@ -393,7 +411,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 		t.Fatalf("listen on the app's address %s: %v", addr, err)
 	}
 	app := newUpstreamOn(t, l)
-	expect(t, "retry with the app up", mustSend(t, ctx, client, px, acme, ev), 200, "forwarded")
+	expect(t, "retry with the app up", settledSend(t, ctx, client, px, acme, ev), 200, "forwarded")
 	if n := app.Effects(key(acme, ev.ID)); n != 1 {
 		t.Errorf("took effect %d times, want 1", n)
 	}
@@ -417,7 +435,7 @@ func TestUpstreamTimeout(t *testing.T) {
 		t.Errorf("app slower than UPSTREAM_TIMEOUT: answered %s; want 504", slow)
 	}
 	// Well within the lease (UPSTREAM_TIMEOUT + 15s): only a release lets it through.
-	expect(t, "retry after the timeout", mustSend(t, ctx, client, px, stripe, ev), 200, "forwarded")
+	expect(t, "retry after the timeout", settledSend(t, ctx, client, px, stripe, ev), 200, "forwarded")
 	if a, e := app.Attempts(k), app.Effects(k); a != 2 || e != 1 {
 		t.Errorf("%d attempts reached the app with %d effects; want 2 and 1", a, e)
 	}

@@ -47,6 +47,9 @@ type upstream struct {
 	// arrived receives the path of every request as soon as its headers
 	// arrive, before its body is read (if there is room).
 	arrived chan string
+	// abandoned receives the key of every held request whose context ended
+	// (the proxy gave up or died) before it was let go (if there is room).
+	abandoned chan string
 }
 
 // newUpstream starts the app on a free loopback port. The test fails at the
@@ -59,11 +62,12 @@ func newUpstream(t testing.TB) *upstream {
 func newUpstreamOn(t testing.TB, l net.Listener) *upstream {
 	t.Helper()
 	u := &upstream{
-		t:        t,
-		attempts: map[string]int{},
-		effects:  map[string]int{},
-		entered:  make(chan string, 1024),
-		arrived:  make(chan string, 1024),
+		t:         t,
+		attempts:  map[string]int{},
+		effects:   map[string]int{},
+		entered:   make(chan string, 1024),
+		arrived:   make(chan string, 1024),
+		abandoned: make(chan string, 1024),
 	}
 	u.Server = httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
 	if l != nil {
@@ -130,6 +134,10 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-hold:
 		case <-r.Context().Done():
+			select {
+			case u.abandoned <- k:
+			default:
+			}
 			return
 		}
 	}
@@ -252,6 +260,23 @@ func (u *upstream) awaitEntered(t testing.TB, k string) {
 			}
 		case <-deadline:
 			t.Fatalf("no request for %s reached the app within 10s", k)
+		}
+	}
+}
+
+// awaitAbandoned waits until a held request for k ends without effect
+// because the proxy gave up on it or died.
+func (u *upstream) awaitAbandoned(t testing.TB, k string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-u.abandoned:
+			if got == k {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the held request for %s was not abandoned within 10s", k)
 		}
 	}
 }
