@@ -175,6 +175,11 @@ func (p *proxy) Stop() {
 	}
 }
 
+// Terminate sends SIGTERM and returns at once.
+func (p *proxy) Terminate() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+}
+
 // Kill sends SIGKILL, as a crash or an OOM kill would, and waits for the exit.
 func (p *proxy) Kill() {
 	_ = p.cmd.Process.Kill()
