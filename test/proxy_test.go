@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -86,6 +87,11 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 	}()
 	t.Cleanup(func() {
 		p.Stop()
+		for _, sign := range crashSigns {
+			if strings.Contains(p.logs.String(), sign) {
+				t.Errorf("webhook-dedup wrote %q", sign)
+			}
+		}
 		if t.Failed() {
 			t.Logf("webhook-dedup (listen %s, admin %s, env %v) exited %s; its output:\n%s",
 				p.Addr, p.Admin, envList(env), p.cmd.ProcessState, p.logs.String())
@@ -93,6 +99,10 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 	})
 	return p
 }
+
+// crashSigns in the process's output fail the test: a data race (when
+// WEBHOOK_DEDUP_BIN was built with -race) or a panic in a handler.
+var crashSigns = []string{"WARNING: DATA RACE", "http: panic serving", "panic: "}
 
 // loopbackAddr is 127.0.0.1 with a port that was free a moment ago.
 func loopbackAddr(t testing.TB) string {
