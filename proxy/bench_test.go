@@ -1,0 +1,297 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/providers"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
+)
+
+// BenchmarkHandler measures one webhook through the whole handler, with an
+// upstream that answers at once without a network (so the numbers are the
+// proxy's own work), beside a plain httputil.ReverseProxy on the same
+// upstream. The logger is the production JSON logger writing to
+// io.Discard: encoding the line is counted, writing it is not.
+//
+// Each iteration builds its request the way net/http would hand it over
+// (one *http.Request, and for header events the ID string): those
+// allocations are counted in every case alike, baseline included.
+//
+// Unique events cycle through 65536 IDs whose records expire after a
+// millisecond, so the store stays the same size however long it runs.
+func BenchmarkHandler(b *testing.B) {
+	b.Run("reverseproxy", func(b *testing.B) {
+		u, _ := url.Parse("http://upstream.test")
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(u)
+				pr.SetXForwarded()
+			},
+			Transport: noopUpstream{},
+		}
+		runHandler(b, rp, newLoad(loadUniqueJSON))
+	})
+	stores := []struct {
+		name string
+		open func(b *testing.B) proxy.Store
+	}{
+		{"memory", func(b *testing.B) proxy.Store {
+			m := dedup.NewMemory()
+			b.Cleanup(func() { _ = m.Close() })
+			return m
+		}},
+		{"redis", func(b *testing.B) proxy.Store {
+			r, err := dedup.OpenRedis(dedup.RedisConfig{URL: redistest.New(b).URL()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = r.Close() })
+			return r
+		}},
+	}
+	for _, st := range stores {
+		b.Run(st.name, func(b *testing.B) {
+			store := st.open(b)
+			for _, kind := range []loadKind{loadUniqueJSON, loadDuplicate, loadHeader} {
+				b.Run(kind.String(), func(b *testing.B) {
+					h := benchHandler(b, store, kind)
+					l := newLoad(kind)
+					if kind == loadDuplicate {
+						// The first copy completes; every measured one is a duplicate.
+						runOnce(b, h, l)
+					}
+					runHandler(b, h, l)
+				})
+			}
+		})
+	}
+}
+
+// benchHandler is the proxy as serve.go builds it, on store.
+func benchHandler(b *testing.B, store proxy.Store, kind loadKind) *proxy.Handler {
+	opts := providers.Options{}
+	if kind != loadDuplicate {
+		opts.TTL = time.Millisecond
+	}
+	var routes []proxy.Route
+	for _, r := range [][2]string{{"/stripe", "stripe"}, {"/github", "github"}} {
+		src, err := providers.ParseSource(r[0], r[1], opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		routes = append(routes, proxy.Route{Path: r[0], Source: src})
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zap.InfoLevel))
+	u, _ := url.Parse("http://upstream.test")
+	return proxy.New(proxy.Config{
+		Upstream:  u,
+		Routes:    routes,
+		Store:     store,
+		KeyPrefix: "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":",
+		Transport: noopUpstream{},
+		Logger:    log,
+		Metrics:   proxy.NewMetrics(prometheus.NewRegistry()),
+	})
+}
+
+func runHandler(b *testing.B, h http.Handler, l *load) {
+	w := &sink{h: http.Header{}}
+	b.SetBytes(int64(len(l.body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		runOne(b, h, l, w)
+	}
+}
+
+func runOnce(b *testing.B, h http.Handler, l *load) {
+	runOne(b, h, l, &sink{h: http.Header{}})
+}
+
+func runOne(b *testing.B, h http.Handler, l *load, w *sink) {
+	clear(w.h)
+	w.status = 0
+	h.ServeHTTP(w, l.next())
+	if w.status != http.StatusOK {
+		b.Fatalf("answered %d (%s), want 200", w.status, w.h.Get(proxy.HeaderOutcome))
+	}
+}
+
+type loadKind int
+
+const (
+	loadUniqueJSON loadKind = iota // Stripe-style, the ID in the body
+	loadDuplicate                  // the same Stripe-style event again and again
+	loadHeader                     // GitHub-style, the ID in X-GitHub-Delivery
+)
+
+func (k loadKind) String() string { return [...]string{"unique-json", "duplicate", "header"}[k] }
+
+// load makes the requests of one kind.
+type load struct {
+	kind  loadKind
+	tmpl  http.Request
+	body  []byte
+	digit int // where the ID's counter digits start in body; -1: fixed body
+	n     int
+	rd    reusableBody
+	id    []byte // scratch for header IDs
+}
+
+// idDigits is the width of the counter inside unique JSON IDs.
+const idDigits = 8
+
+func newLoad(kind loadKind) *load {
+	l := &load{kind: kind, digit: -1}
+	path := "/stripe"
+	h := http.Header{
+		"Content-Type": {"application/json"},
+		"User-Agent":   {"Stripe/1.0 (+https://stripe.com/docs/webhooks)"},
+	}
+	switch kind {
+	case loadUniqueJSON:
+		l.body = []byte(`{"id":"evt_bench_` + strings.Repeat("0", idDigits) + benchStripeTail)
+		l.digit = bytes.IndexByte(l.body[7:], '0') + 7
+	case loadDuplicate:
+		l.body = []byte(`{"id":"evt_bench_duplicate` + benchStripeTail)
+	case loadHeader:
+		path = "/github"
+		l.body = []byte(benchGitHubBody)
+		h = http.Header{
+			"Content-Type":      {"application/json"},
+			"User-Agent":        {"GitHub-Hookshot/044aadd"},
+			"X-Github-Event":    {"push"},
+			"X-Github-Delivery": {""},
+		}
+	}
+	l.tmpl = http.Request{
+		Method:        http.MethodPost,
+		URL:           &url.URL{Path: path},
+		RequestURI:    path,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Host:          "proxy.test",
+		RemoteAddr:    "127.0.0.1:40000",
+		ContentLength: int64(len(l.body)),
+	}
+	l.tmpl = *l.tmpl.WithContext(context.Background())
+	return l
+}
+
+// next returns the next request: a copy of the template, as net/http
+// allocates one per request, with a fresh ID for unique kinds.
+func (l *load) next() *http.Request {
+	l.n = (l.n + 1) % (1 << 16)
+	switch l.kind {
+	case loadUniqueJSON:
+		d := l.body[l.digit : l.digit+idDigits]
+		v := l.n
+		for i := len(d) - 1; i >= 0; i-- {
+			d[i] = byte('0' + v%10)
+			v /= 10
+		}
+	case loadHeader:
+		l.id = strconv.AppendInt(append(l.id[:0], "72d3162e-cc78-11e3-81ab-"...), int64(l.n), 10)
+		l.tmpl.Header["X-Github-Delivery"][0] = string(l.id)
+	}
+	l.rd.Reset(l.body)
+	r := new(http.Request)
+	*r = l.tmpl
+	r.Body = &l.rd
+	return r
+}
+
+// reusableBody is a request body reset for each request.
+type reusableBody struct{ bytes.Reader }
+
+func (*reusableBody) Close() error { return nil }
+
+// noopUpstream reads the request's body and answers 200 "ok", without a
+// network.
+type noopUpstream struct{}
+
+func (noopUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	return &http.Response{
+		Status:        "200 OK",
+		StatusCode:    http.StatusOK,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": {"text/plain"}},
+		Body:          io.NopCloser(strings.NewReader("ok\n")),
+		ContentLength: 3,
+		Request:       r,
+	}, nil
+}
+
+// sink is a ResponseWriter that keeps only the status.
+type sink struct {
+	h      http.Header
+	status int
+}
+
+func (s *sink) Header() http.Header { return s.h }
+
+func (s *sink) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	s.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
+
+func (s *sink) Flush() {}
+
+// benchStripeTail completes a Stripe-style event of about 1 KB after its ID.
+const benchStripeTail = `","object":"event","api_version":"2024-06-20","created":1724160000,` +
+	`"data":{"object":{"id":"pi_3PqRstUvWxYz0123456789ab","object":"payment_intent","amount":2000,` +
+	`"amount_capturable":0,"amount_received":2000,"capture_method":"automatic",` +
+	`"client_secret":"pi_3PqRstUvWxYz0123456789ab_secret_abcdefghijklmnop","confirmation_method":"automatic",` +
+	`"created":1724159990,"currency":"usd","customer":"cus_QabcdefGhijkl","description":"Order #1234",` +
+	`"latest_charge":"ch_3PqRstUvWxYz0123456789ab","livemode":false,"metadata":{"order_id":"1234"},` +
+	`"payment_method":"pm_1PqRstUvWxYz0123456789ab","payment_method_types":["card"],` +
+	`"receipt_email":"jenny.rosen@example.com","shipping":{"address":{"city":"San Francisco","country":"US",` +
+	`"line1":"510 Townsend St","postal_code":"94103","state":"CA"},"name":"Jenny Rosen"},"status":"succeeded"}},` +
+	`"livemode":false,"pending_webhooks":1,"request":{"id":"req_abcdefGhijkl",` +
+	`"idempotency_key":"6b3f2a1e-2c4d-4e5f-8a9b-0c1d2e3f4a5b"},"type":"payment_intent.succeeded"}`
+
+// benchGitHubBody is a trimmed push event of about 1 KB.
+const benchGitHubBody = `{"ref":"refs/heads/main","before":"6113728f27ae82c7b1a177c8d03f9e96e0adf246",` +
+	`"after":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","repository":{"id":186853002,` +
+	`"name":"Hello-World","full_name":"Codertocat/Hello-World","private":false,"owner":{"name":"Codertocat",` +
+	`"email":"21031067+Codertocat@users.noreply.github.com","login":"Codertocat","id":21031067,` +
+	`"type":"User","site_admin":false},"html_url":"https://github.com/Codertocat/Hello-World",` +
+	`"description":null,"fork":false,"default_branch":"main"},"pusher":{"name":"Codertocat",` +
+	`"email":"21031067+Codertocat@users.noreply.github.com"},"sender":{"login":"Codertocat","id":21031067,` +
+	`"type":"User","site_admin":false},"created":false,"deleted":false,"forced":false,"base_ref":null,` +
+	`"compare":"https://github.com/Codertocat/Hello-World/compare/6113728f27ae...59b20b8d5c6f",` +
+	`"commits":[{"id":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","tree_id":"f9d2a07e9488b91af2641b26b9407fe22a451433",` +
+	`"distinct":true,"message":"Update README.md","timestamp":"2024-08-20T12:00:00-04:00",` +
+	`"author":{"name":"Codertocat","email":"21031067+Codertocat@users.noreply.github.com","username":"Codertocat"},` +
+	`"added":[],"removed":[],"modified":["README.md"]}],"head_commit":null}`

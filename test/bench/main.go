@@ -1,0 +1,203 @@
+// Command bench is webhook-dedup's load benchmark: on loopback, it measures
+// the upstream alone, a plain httputil.ReverseProxy, nginx and webhook-dedup
+// (embedded store and Redis; unique, duplicate and header-sourced events)
+// side by side, interleaved and repeated, and prints a Markdown table.
+//
+// Servers are pinned to one core and wrk to another, so the load generator
+// never competes with what it measures. It prints numbers; it asserts
+// nothing.
+//
+//	go run ./test/bench            # full run, about 6 minutes
+//	go run ./test/bench -quick     # one short repeat, under a minute
+//
+// test/bench/run.sh installs wrk, nginx and redis-server first when missing.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var err error
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "upstream":
+		err = runUpstream(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "goproxy":
+		err = runGoProxy(os.Args[2:])
+	default:
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command line.
+type options struct {
+	repeats    int
+	duration   time.Duration // each 32-connection measurement
+	latencyDur time.Duration // each 1-connection measurement
+	warmup     time.Duration
+	conns      int
+	serverCPUs string // taskset list for every server; empty: no pinning
+	loadCPUs   string // taskset list for wrk; empty: no pinning
+	only       string // run only configurations whose name contains this
+	bin        string // webhook-dedup binary; empty: built from the module
+	before     string // another webhook-dedup binary to compare with; empty: none
+	raw        string // file for one JSON line per run; empty: none
+	keep       bool   // keep the temporary directory (logs, configs)
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "one repeat of short runs (about a minute): a smoke test, not numbers to quote")
+	fs.IntVar(&o.repeats, "repeats", 3, "repeats; each runs every configuration once, in rotating order")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each 32-connection measurement (whole seconds)")
+	fs.DurationVar(&o.latencyDur, "latency-duration", 3*time.Second, "length of each 1-connection measurement (whole seconds)")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "load before measuring, on each fresh server (whole seconds)")
+	fs.IntVar(&o.conns, "c", 32, "connections of the throughput measurement")
+	fs.StringVar(&o.serverCPUs, "server-cpus", "0", "taskset CPU list for the servers (upstream, proxy, Redis); empty: no pinning")
+	fs.StringVar(&o.loadCPUs, "load-cpus", "1", "taskset CPU list for wrk; empty: no pinning")
+	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this (the baselines always run)")
+	fs.StringVar(&o.bin, "bin", "", "webhook-dedup binary to measure; empty: go build the module")
+	fs.StringVar(&o.before, "before", "", "another webhook-dedup binary (an older build) whose rows run interleaved with the others, named \"before, ...\"")
+	fs.StringVar(&o.raw, "raw", "", "append one JSON line per run to this file")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the servers' logs and configs")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["repeats"] {
+			o.repeats = 1
+		}
+		if !set["duration"] {
+			o.duration = 2 * time.Second
+		}
+		if !set["latency-duration"] {
+			o.latencyDur = time.Second
+		}
+	}
+	if o.repeats < 1 || o.conns < 1 {
+		return o, errors.New("-repeats and -c must be at least 1")
+	}
+	if runtime.NumCPU() < 2 && (o.serverCPUs != "" || o.loadCPUs != "") {
+		fmt.Fprintln(stderr, "bench: fewer than 2 CPUs: not pinning; wrk competes with the servers")
+		o.serverCPUs, o.loadCPUs = "", ""
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	for _, tool := range []string{"wrk", "nginx", "redis-server", "taskset"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found (%v): run test/bench/run.sh, or apt-get install -y wrk nginx redis-server util-linux", tool, err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "webhook-dedup-bench-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Fprintln(stderr, "bench: keeping", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	bin := o.bin
+	if bin == "" {
+		if bin, err = build(tmp, stderr); err != nil {
+			return err
+		}
+	}
+	var raw io.Writer
+	if o.raw != "" {
+		f, err := os.OpenFile(o.raw, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		raw = f
+	}
+
+	b := &bench{opts: o, tmp: tmp, self: self, bin: bin, before: o.before, stderr: stderr}
+	configs := selectConfigs(o.only, o.before != "")
+	machine := describeMachine()
+	start := time.Now()
+	results := map[string][]result{}
+	for rep := range o.repeats {
+		// Rotate the order each repeat, so no configuration always runs
+		// first, or right after the same neighbour.
+		shift := rep * len(configs) / o.repeats
+		for i := range configs {
+			c := configs[(i+shift)%len(configs)]
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "bench: repeat %d/%d: %s ... ", rep+1, o.repeats, c.name)
+			r, err := b.runOne(ctx, c, rep)
+			if err != nil {
+				fmt.Fprintln(stderr, "failed")
+				return fmt.Errorf("%s (repeat %d): %w", c.name, rep+1, err)
+			}
+			fmt.Fprintf(stderr, "%.0f req/s, p50 %s, 1-conn p50 %s%s\n",
+				r.Load.rps(), ms(r.Load.P50), ms(r.Single.P50), r.note())
+			results[c.name] = append(results[c.name], r)
+			if raw != nil {
+				line, _ := json.Marshal(r)
+				fmt.Fprintf(raw, "%s\n", line)
+			}
+		}
+	}
+	machine.loadAfter = loadAverage()
+	machine.elapsed = time.Since(start)
+	report(stdout, o, machine, configs, results)
+	return nil
+}
+
+// build compiles webhook-dedup as a release would be built.
+func build(tmp string, stderr io.Writer) (string, error) {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if root == "." || root == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
+		return "", errors.New("run from inside the webhook-dedup module")
+	}
+	bin := filepath.Join(tmp, "webhook-dedup")
+	fmt.Fprintf(stderr, "bench: go build -trimpath -o %s . (in %s)\n", bin, root)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// machine is what the report says about where it ran.
+type machine struct {
+	cpu, kernel, tools string
+	cores              int
+	loadBefore         string
+	loadAfter          string
+	elapsed            time.Duration
+}
+
+func describeMachine() machine {
+	m := machine{cpu: "unknown CPU", cores: runtime.NumCPU(), loadBefore: loadAverage()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if v, ok := strings.CutPrefix(s.Text(), "model name"); ok {
+				m.cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.kernel = strings.TrimSpace(string(b))
+	}
+	var tools []string
+	for _, argv := range [][]string{{"wrk", "-v"}, {"nginx", "-v"}, {"redis-server", "--version"}} {
+		out, _ := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		line, _, _ = strings.Cut(line, " Copyright")
+		line, _, _ = strings.Cut(line, " sha=")
+		tools = append(tools, strings.TrimPrefix(line, "nginx version: "))
+	}
+	m.tools = strings.Join(append(tools, runtime.Version()), "; ")
+	return m
+}
+
+// loadAverage is the 1, 5 and 15 minute load average: other work on a
+// shared machine shows here.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// row is one configuration summarised over its repeats.
+type row struct {
+	c       config
+	rps     []float64
+	p50     []float64 // µs, -c32
+	p99     []float64
+	p999    []float64
+	single  []float64 // µs, p50 at one connection
+	added   []float64 // µs, single minus the upstream's single, per repeat
+	overGo  []float64 // µs, single minus the Go proxy's single, per repeat
+	cpu     []float64 // server CPU seconds per 10k requests
+	redis   []float64 // Redis CPU seconds per 10k requests
+	peak    int64     // max VmHWM over repeats
+	errs    int64
+	xGo     []float64 // requests/s ratio to the Go proxy, per repeat
+	xNginx  []float64
+	cpuXGo  []float64 // CPU per request ratio to the Go proxy, per repeat
+	repeats int
+}
+
+func summarise(configs []config, results map[string][]result) []row {
+	byRepeat := func(name string, rep int) (result, bool) {
+		for _, r := range results[name] {
+			if r.Repeat == rep {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	var rows []row
+	for _, c := range configs {
+		rw := row{c: c}
+		for _, r := range results[c.name] {
+			rw.repeats++
+			rps := r.Load.rps()
+			rw.rps = append(rw.rps, rps)
+			rw.p50 = append(rw.p50, float64(r.Load.P50))
+			rw.p99 = append(rw.p99, float64(r.Load.P99))
+			rw.p999 = append(rw.p999, float64(r.Load.P999))
+			rw.single = append(rw.single, float64(r.Single.P50))
+			cpu := per10k(r.ServerCPU, r.Load.Requests)
+			rw.cpu = append(rw.cpu, cpu)
+			if c.redis {
+				rw.redis = append(rw.redis, per10k(r.RedisCPU, r.Load.Requests))
+			}
+			rw.peak = max(rw.peak, r.PeakRSS)
+			rw.errs += r.Load.errors() + r.Single.errors()
+			if up, ok := byRepeat(nameUpstream, r.Repeat); ok {
+				rw.added = append(rw.added, float64(r.Single.P50-up.Single.P50))
+			}
+			if g, ok := byRepeat(nameGoProxy, r.Repeat); ok {
+				rw.xGo = append(rw.xGo, rps/g.Load.rps())
+				rw.overGo = append(rw.overGo, float64(r.Single.P50-g.Single.P50))
+				rw.cpuXGo = append(rw.cpuXGo, cpu/per10k(g.ServerCPU, g.Load.Requests))
+			}
+			if n, ok := byRepeat(nameNginx, r.Repeat); ok {
+				rw.xNginx = append(rw.xNginx, rps/n.Load.rps())
+			}
+		}
+		rows = append(rows, rw)
+	}
+	return rows
+}
+
+func per10k(cpu time.Duration, requests int64) float64 {
+	if requests == 0 {
+		return 0
+	}
+	return cpu.Seconds() / float64(requests) * 1e4
+}
+
+func report(w io.Writer, o options, m machine, configs []config, results map[string][]result) {
+	rows := summarise(configs, results)
+	fmt.Fprintf(w, "Machine: %d cores, %s, Linux %s; %s.\n", m.cores, m.cpu, m.kernel, m.tools)
+	fmt.Fprintf(w, "Method: servers (upstream, proxy, Redis) pinned to CPU %s, wrk to CPU %s; `wrk -t1 -c%d -d%s` after a %s warm-up, then `wrk -t1 -c1 -d%s`; %d repeat(s) in rotating order, fresh servers for every run. Load average %s before, %s after; %s in all.\n\n",
+		orNone(o.serverCPUs), orNone(o.loadCPUs), o.conns, durationArg(o.duration), durationArg(o.warmup), durationArg(o.latencyDur),
+		o.repeats, m.loadBefore, m.loadAfter, m.elapsed.Round(time.Second))
+
+	fmt.Fprintln(w, "| configuration | req/s median (min–max) | p50 | p99 | p99.9 | p50 @1 conn | added p50 @1 conn | proxy CPU s/10k req | Redis CPU s/10k req | peak RSS | × Go proxy | × nginx |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		name := r.c.name
+		if r.errs > 0 {
+			name += fmt.Sprintf(" (%d errors)", r.errs)
+		}
+		redis := "–"
+		if len(r.redis) > 0 {
+			redis = fmt.Sprintf("%.3f", median(r.redis))
+		}
+		fmt.Fprintf(w, "| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %.3f | %s | %.1f MiB | %s | %s |\n",
+			name, thousands(median(r.rps)), thousands(slices.Min(r.rps)), thousands(slices.Max(r.rps)),
+			ms(median(r.p50)), ms(median(r.p99)), ms(median(r.p999)), ms(median(r.single)),
+			signedMS(r.added), median(r.cpu), redis, float64(r.peak)/(1<<20),
+			ratio(r.xGo, r.c.name == nameGoProxy), ratio(r.xNginx, r.c.name == nameNginx))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Latencies in ms. Added p50 is over the upstream alone, at one connection, in the same repeat. CPU is user+system time of the process wrk talks to (the upstream itself in the first row; master and worker for nginx) during the 32-connection run. Peak RSS is its VmHWM, the highest over the repeats. Ratios are medians of the per-repeat ratios of requests/s.")
+	fmt.Fprintln(w)
+	targets(w, rows)
+}
+
+// targets compares the rows with issue 7's targets.
+func targets(w io.Writer, rows []row) {
+	find := func(name string) *row {
+		for i := range rows {
+			if rows[i].c.name == name {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	type target struct {
+		what, row string
+		measure   func(r *row) (string, bool)
+	}
+	atLeast := func(want float64) func(r *row) (string, bool) {
+		return func(r *row) (string, bool) {
+			v := median(r.xGo)
+			return fmt.Sprintf("%.2f×", v), v >= want
+		}
+	}
+	ts := []target{
+		{"unique JSON on Redis ≥ 0.65× the Go proxy", "webhook-dedup, Redis, unique JSON", atLeast(0.65)},
+		{"header-sourced on Redis ≥ 0.70×", "webhook-dedup, Redis, unique header", atLeast(0.70)},
+		{"duplicates on Redis ≥ 2.0×", "webhook-dedup, Redis, duplicate JSON", atLeast(2.0)},
+		{"unique JSON on the embedded store ≥ 0.90×", "webhook-dedup, embedded, unique JSON", atLeast(0.90)},
+		{"proxy CPU per first-seen request ≤ 1.5× (Redis, unique JSON)", "webhook-dedup, Redis, unique JSON", func(r *row) (string, bool) {
+			v := median(r.cpuXGo)
+			return fmt.Sprintf("%.2f×", v), v <= 1.5
+		}},
+		{"proxy CPU per first-seen request ≤ 1.5× (embedded, unique JSON)", "webhook-dedup, embedded, unique JSON", func(r *row) (string, bool) {
+			v := median(r.cpuXGo)
+			return fmt.Sprintf("%.2f×", v), v <= 1.5
+		}},
+		{"added p50 at one connection ≤ +0.15 ms over the Go proxy (Redis, unique JSON)", "webhook-dedup, Redis, unique JSON", func(r *row) (string, bool) {
+			v := median(r.overGo)
+			return signedMS([]float64{v}) + " ms", v <= 150
+		}},
+	}
+	var peakRows []string
+	for _, r := range rows {
+		if r.c.server == webhookDedup {
+			peakRows = append(peakRows, r.c.name)
+		}
+	}
+	fmt.Fprintln(w, "| target (issue 7) | measured | met |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, t := range ts {
+		r := find(t.row)
+		if r == nil || len(r.xGo) == 0 {
+			continue
+		}
+		v, ok := t.measure(r)
+		fmt.Fprintf(w, "| %s | %s | %s |\n", t.what, v, yes(ok))
+	}
+	for _, name := range peakRows {
+		r := find(name)
+		fmt.Fprintf(w, "| peak RSS ≤ 24 MiB (%s) | %.1f MiB | %s |\n", strings.TrimPrefix(name, "webhook-dedup, "), float64(r.peak)/(1<<20), yes(r.peak <= 24<<20))
+	}
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// ms formats microseconds as milliseconds.
+func ms[T int64 | float64](us T) string { return fmt.Sprintf("%.3f", float64(us)/1000) }
+
+func signedMS(us []float64) string {
+	if len(us) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.3f", median(us)/1000)
+}
+
+func ratio(v []float64, self bool) string {
+	if self || len(v) == 0 {
+		return "1"
+	}
+	return fmt.Sprintf("%.2f×", median(v))
+}
+
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func sortedKeys(m map[string]int64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// load is what wrk sends.
+type load int
+
+const (
+	// uniqueJSON: Stripe-style events, the ID in the body, new on every request.
+	uniqueJSON load = iota
+	// duplicateJSON: the same Stripe-style event over and over.
+	duplicateJSON
+	// uniqueHeader: GitHub-style events, the ID in X-GitHub-Delivery, new
+	// on every request; the body is never looked at.
+	uniqueHeader
+)
+
+func (l load) String() string {
+	return [...]string{"unique JSON", "duplicate JSON", "unique header"}[l]
+}
+
+// stripeHead and stripeTail surround the event ID: together about 1 KB,
+// the size of a typical Stripe payment_intent event.
+const (
+	stripeHead = `{"id":"`
+	stripeTail = `","object":"event","api_version":"2024-06-20","created":1724160000,` +
+		`"data":{"object":{"id":"pi_3PqRstUvWxYz0123456789ab","object":"payment_intent","amount":2000,` +
+		`"amount_capturable":0,"amount_received":2000,"capture_method":"automatic",` +
+		`"client_secret":"pi_3PqRstUvWxYz0123456789ab_secret_abcdefghijklmnop","confirmation_method":"automatic",` +
+		`"created":1724159990,"currency":"usd","customer":"cus_QabcdefGhijkl","description":"Order #1234",` +
+		`"latest_charge":"ch_3PqRstUvWxYz0123456789ab","livemode":false,"metadata":{"order_id":"1234"},` +
+		`"payment_method":"pm_1PqRstUvWxYz0123456789ab","payment_method_types":["card"],` +
+		`"receipt_email":"jenny.rosen@example.com","shipping":{"address":{"city":"San Francisco","country":"US",` +
+		`"line1":"510 Townsend St","postal_code":"94103","state":"CA"},"name":"Jenny Rosen"},"status":"succeeded"}},` +
+		`"livemode":false,"pending_webhooks":1,"request":{"id":"req_abcdefGhijkl",` +
+		`"idempotency_key":"6b3f2a1e-2c4d-4e5f-8a9b-0c1d2e3f4a5b"},"type":"payment_intent.succeeded"}`
+)
+
+// githubBody is a trimmed push event of about 1 KB.
+const githubBody = `{"ref":"refs/heads/main","before":"6113728f27ae82c7b1a177c8d03f9e96e0adf246",` +
+	`"after":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","repository":{"id":186853002,"node_id":"MDEwOlJlcG9zaXRvcnkxODY4NTMwMDI=",` +
+	`"name":"Hello-World","full_name":"Codertocat/Hello-World","private":false,"owner":{"name":"Codertocat",` +
+	`"email":"21031067+Codertocat@users.noreply.github.com","login":"Codertocat","id":21031067,` +
+	`"type":"User","site_admin":false},"html_url":"https://github.com/Codertocat/Hello-World",` +
+	`"description":null,"fork":false,"default_branch":"main"},"pusher":{"name":"Codertocat",` +
+	`"email":"21031067+Codertocat@users.noreply.github.com"},"sender":{"login":"Codertocat","id":21031067,` +
+	`"type":"User","site_admin":false},"created":false,"deleted":false,"forced":false,"base_ref":null,` +
+	`"compare":"https://github.com/Codertocat/Hello-World/compare/6113728f27ae...59b20b8d5c6f",` +
+	`"commits":[{"id":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","tree_id":"f9d2a07e9488b91af2641b26b9407fe22a451433",` +
+	`"distinct":true,"message":"Update README.md","timestamp":"2024-08-20T12:00:00-04:00",` +
+	`"author":{"name":"Codertocat","email":"21031067+Codertocat@users.noreply.github.com","username":"Codertocat"},` +
+	`"added":[],"removed":[],"modified":["README.md"]}],"head_commit":null}`
+
+// script is a wrk Lua script. A fresh nonce per wrk run keeps unique IDs
+// unique across runs against the same proxy; dupID is the one ID of the
+// duplicate load, the same for every run of one configuration.
+func script(l load, path, nonce, dupID string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "local path = %q\nlocal nonce = %q\n", path, nonce)
+	fmt.Fprintf(&b, "local head = %q\nlocal tail = %q\nlocal github = %q\n", stripeHead, stripeTail, githubBody)
+	switch l {
+	case duplicateJSON:
+		// A static request: wrk builds it once.
+		fmt.Fprintf(&b, `wrk.method = "POST"
+wrk.path = path
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["User-Agent"] = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
+wrk.body = head .. %q .. tail
+`, dupID)
+	case uniqueJSON:
+		b.WriteString(`local n = 0
+local headers = {["Content-Type"] = "application/json", ["User-Agent"] = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"}
+request = function()
+  n = n + 1
+  return wrk.format("POST", path, headers, head .. "evt_" .. nonce .. "_" .. n .. tail)
+end
+`)
+	case uniqueHeader:
+		b.WriteString(`local n = 0
+local headers = {["Content-Type"] = "application/json", ["User-Agent"] = "GitHub-Hookshot/044aadd",
+  ["X-GitHub-Event"] = "push", ["X-GitHub-Hook-ID"] = "292430182"}
+request = function()
+  n = n + 1
+  headers["X-GitHub-Delivery"] = nonce .. "-" .. n
+  return wrk.format("POST", path, headers, github)
+end
+`)
+	}
+	b.WriteString(`done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('BENCHRESULT {"requests":%d,"duration_us":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d,"p50":%d,"p99":%d,"p999":%d}\n',
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end
+`)
+	return b.String()
+}
+
+// wrkResult is one wrk run. Latencies are in microseconds.
+type wrkResult struct {
+	Requests   int64 `json:"requests"`
+	DurationUS int64 `json:"duration_us"`
+	Connect    int64 `json:"connect"`
+	Read       int64 `json:"read"`
+	Write      int64 `json:"write"`
+	Status     int64 `json:"status"` // answers outside 2xx and 3xx
+	Timeout    int64 `json:"timeout"`
+	P50        int64 `json:"p50"`
+	P99        int64 `json:"p99"`
+	P999       int64 `json:"p999"`
+}
+
+func (r wrkResult) rps() float64 {
+	return float64(r.Requests) / (float64(r.DurationUS) / 1e6)
+}
+
+func (r wrkResult) errors() int64 { return r.Connect + r.Read + r.Write + r.Status + r.Timeout }
+
+// runWrk runs wrk with one thread and conns connections for d.
+func runWrk(dir, cpus, url string, conns int, d time.Duration, lua string) (wrkResult, error) {
+	f, err := os.CreateTemp(dir, "load-*.lua")
+	if err != nil {
+		return wrkResult{}, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(lua); err != nil {
+		f.Close()
+		return wrkResult{}, err
+	}
+	f.Close()
+	argv := []string{"wrk", "-t1", "-c" + strconv.Itoa(conns), "-d" + durationArg(d), "--timeout", "5s", "-s", f.Name(), url}
+	if cpus != "" {
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("%s: %w\n%s%s", strings.Join(argv, " "), err, out, stderr.Bytes())
+	}
+	s := bufio.NewScanner(bytes.NewReader(out))
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "BENCHRESULT "); ok {
+			var r wrkResult
+			if err := json.Unmarshal([]byte(v), &r); err != nil {
+				return r, fmt.Errorf("wrk result %q: %w", v, err)
+			}
+			return r, nil
+		}
+	}
+	return wrkResult{}, fmt.Errorf("wrk printed no result:\n%s", out)
+}
+
+// durationArg is d for wrk, which takes whole seconds.
+func durationArg(d time.Duration) string {
+	return strconv.Itoa(max(int(d.Round(time.Second)/time.Second), 1)) + "s"
+}
