@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"hash"
@@ -113,16 +114,38 @@ func (b *bufferPool) put(buf *bytes.Buffer) {
 	b.p.Put(buf)
 }
 
-// hashingBody fingerprints a body as it streams to the upstream.
+// hashingBody fingerprints a body as it streams to the upstream. The
+// transport reads it on its own goroutine, which may still be at it (a
+// last read for EOF) when the answer is settled: mu orders the two.
 type hashingBody struct {
 	io.ReadCloser
-	h hash.Hash
+	mu  sync.Mutex
+	h   hash.Hash
+	eof bool // the body was read to its end
+}
+
+func newHashingBody(body io.ReadCloser) *hashingBody {
+	return &hashingBody{ReadCloser: body, h: sha256.New()}
 }
 
 func (b *hashingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
 	b.h.Write(p[:n])
+	b.eof = b.eof || err == io.EOF
+	b.mu.Unlock()
 	return n, err
+}
+
+// sum writes the fingerprint of the whole body to fp. It leaves fp zero
+// (unknown) when the upstream answered before the body was read to its
+// end: the hash of a part would not be the body's.
+func (b *hashingBody) sum(fp *[32]byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.eof {
+		b.h.Sum(fp[:0])
+	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
