@@ -114,6 +114,27 @@ func (b *bufferPool) put(buf *bytes.Buffer) {
 	b.p.Put(buf)
 }
 
+// copyBufferPool is the httputil.BufferPool that relays answers. Webhook
+// answers are small, so its buffers are too: a larger answer takes a few
+// more reads, not a larger buffer per request.
+type copyBufferPool struct{ p sync.Pool }
+
+const copyBufferSize = 8 << 10
+
+func (c *copyBufferPool) Get() []byte {
+	if b, ok := c.p.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, copyBufferSize)
+}
+
+func (c *copyBufferPool) Put(b []byte) {
+	if cap(b) != copyBufferSize {
+		return
+	}
+	c.p.Put(&b)
+}
+
 // hashingBody fingerprints a body as it streams to the upstream. The
 // transport reads it on its own goroutine, which may still be at it (a
 // last read for EOF) when the answer is settled: mu orders the two.

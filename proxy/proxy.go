@@ -81,6 +81,9 @@ type Handler struct {
 	log     *zap.Logger
 	m       *Metrics
 	pool    bufferPool
+	// copyBuffers relay the upstream's answers; without them
+	// ReverseProxy allocates 32 KiB per request.
+	copyBuffers copyBufferPool
 	// done is closed by Abandon to stop waits and upstream requests.
 	abandon context.Context
 	stop    context.CancelFunc
@@ -129,9 +132,13 @@ func New(cfg Config) *Handler {
 		Transport:      cfg.Transport,
 		ModifyResponse: h.settle,
 		ErrorHandler:   h.upstreamError,
-		// Flush at once: answers are small, and some senders stream.
-		FlushInterval: -1,
-		ErrorLog:      zap.NewStdLog(cfg.Logger.Named("reverseproxy")),
+		// FlushInterval stays 0: an answer of known length is written in
+		// one go, while one that streams (no Content-Length, or
+		// text/event-stream) is flushed at once by ReverseProxy itself. A
+		// negative interval would also flush the headers on their own from
+		// a timer goroutine: a second write, and a goroutine, per answer.
+		BufferPool: &h.copyBuffers,
+		ErrorLog:   zap.NewStdLog(cfg.Logger.Named("reverseproxy")),
 	}
 	return h
 }

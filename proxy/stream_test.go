@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -83,5 +84,39 @@ func TestStreamedBodyFingerprint(t *testing.T) {
 				t.Fatalf("fingerprint %x, want %x", rec.Result.Fingerprint, want)
 			}
 		})
+	}
+}
+
+// An answer the upstream streams (no Content-Length) reaches the sender as
+// it is written, not when it ends.
+func TestStreamedAnswerIsRelayedAsWritten(t *testing.T) {
+	f := newFixture(t, "/gh=github", proxy.Config{})
+	release := make(chan struct{})
+	f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		_, _ = io.WriteString(w, "first")
+		http.NewResponseController(w).Flush()
+		<-release
+		_, _ = io.WriteString(w, "second")
+	})
+	defer close(release)
+	resp := f.post(t, "/gh", gh("st1"), "{}")
+	wantAnswer(t, resp, http.StatusOK, "forwarded")
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, len("first"))
+		_, err := io.ReadFull(resp.Body, buf)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(buf)
+	}()
+	select {
+	case s := <-got:
+		if s != "first" {
+			t.Fatalf("read %q, want the first part", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first part did not arrive while the upstream was still answering")
 	}
 }
