@@ -114,6 +114,19 @@ func (b *bufferPool) put(buf *bytes.Buffer) {
 	b.p.Put(buf)
 }
 
+// replayBody is a body read into memory, handed on to the upstream.
+type replayBody struct{ bytes.Reader }
+
+func (*replayBody) Close() error { return nil }
+
+// forUpstream is the body of the upstream request: a reader net/http knows
+// is in memory, so the headers and the body leave in one write. Behind
+// ReverseProxy's own wrapper it cannot tell, and flushes the headers on
+// their own first: one more write here, and one more read for the upstream.
+func (b *replayBody) forUpstream() io.ReadCloser {
+	return io.NopCloser(&b.Reader)
+}
+
 // copyBufferPool is the httputil.BufferPool that relays answers. Webhook
 // answers are small, so its buffers are too: a larger answer takes a few
 // more reads, not a larger buffer per request.

@@ -128,6 +128,9 @@ func New(cfg Config) *Handler {
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
 			pr.SetXForwarded()
+			if b, ok := pr.In.Body.(*replayBody); ok && pr.Out.Body != nil {
+				pr.Out.Body = b.forUpstream()
+			}
 		},
 		Transport:      cfg.Transport,
 		ModifyResponse: h.settle,

@@ -37,6 +37,8 @@ type webhook struct {
 	status  int
 	body    []byte // nil when the body streams
 	err     error
+	// replay hands the buffered body on; unused when the body streams.
+	replay replayBody
 }
 
 func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
@@ -59,7 +61,8 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 			return
 		}
 		wh.body = buf.Bytes()
-		r.Body = io.NopCloser(bytes.NewReader(wh.body))
+		wh.replay.Reset(wh.body)
+		r.Body = &wh.replay
 	}
 
 	if ext.Verifier != nil {
