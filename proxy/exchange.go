@@ -21,8 +21,10 @@ type exchange struct {
 	upstreamErr error
 }
 
-func newExchange(w http.ResponseWriter, outcome string) *exchange {
-	return &exchange{ResponseWriter: w, outcome: outcome}
+// newExchange starts relaying the upstream's answer to w, marked with outcome.
+func (wh *webhook) newExchange(w http.ResponseWriter, outcome string) *exchange {
+	wh.ex = exchange{ResponseWriter: w, outcome: outcome}
+	return &wh.ex
 }
 
 func (e *exchange) WriteHeader(code int) {

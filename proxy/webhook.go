@@ -39,6 +39,10 @@ type webhook struct {
 	err     error
 	// replay hands the buffered body on; unused when the body streams.
 	replay replayBody
+	// ex relays the upstream's answer, once the webhook is forwarded.
+	ex exchange
+	// claim is the claim a forwarded first-seen webhook holds.
+	claim claimed
 }
 
 func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
@@ -188,8 +192,12 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 }
 
 // claimed is a forwarded request that holds a claim, until it is settled:
-// completed on a 2xx answer, released on anything else.
+// completed on a 2xx answer, released on anything else. It is also the
+// forwarded request's context, which is how settle, called with the
+// upstream's answer alone, finds it: as context.WithValue would, without
+// allocating a context of its own.
 type claimed struct {
+	context.Context
 	wh      *webhook
 	claim   dedup.Claim
 	hashing *hashingBody // fingerprints a streamed body; nil when buffered
@@ -198,6 +206,13 @@ type claimed struct {
 
 type claimedKey struct{}
 
+func (c *claimed) Value(key any) any {
+	if key == (claimedKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
 // forwardClaimed forwards a claimed event. The claim is settled as soon as
 // the upstream's answer arrives, before the sender sees it (settle, run as
 // ModifyResponse), so a retry sent the moment the sender has its answer
@@ -205,13 +220,14 @@ type claimedKey struct{}
 // sender gone, or a panic from a broken copy) the claim is released.
 func (h *Handler) forwardClaimed(w http.ResponseWriter, r *http.Request, wh *webhook, claim dedup.Claim) {
 	h.m.inflight.Inc()
-	c := &claimed{wh: wh, claim: claim}
+	c := &wh.claim
+	c.wh, c.claim = wh, claim
 	if wh.body == nil && r.Body != nil && r.Body != http.NoBody {
 		// Stream the body to the upstream, fingerprinting it on the way.
 		c.hashing = newHashingBody(r.Body)
 		r.Body = c.hashing
 	}
-	ex := newExchange(w, outcomeForwarded)
+	ex := wh.newExchange(w, outcomeForwarded)
 	defer func() {
 		// Runs during a panic too (httputil.ReverseProxy aborts the handler
 		// with http.ErrAbortHandler when the response copy fails).
@@ -221,7 +237,7 @@ func (h *Handler) forwardClaimed(w http.ResponseWriter, r *http.Request, wh *web
 			h.release(r.Context(), c)
 		}
 	}()
-	h.exchange(ex, r.WithContext(context.WithValue(r.Context(), claimedKey{}, c)), wh)
+	h.exchange(ex, r, c)
 }
 
 // settle completes or releases the claim of a forwarded request when the
@@ -303,17 +319,23 @@ func (h *Handler) forwardUnchecked(w http.ResponseWriter, r *http.Request, wh *w
 }
 
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, wh *webhook, outcome string) {
-	ex := newExchange(w, outcome)
+	ex := wh.newExchange(w, outcome)
 	defer func() { wh.status, wh.outcome = ex.status, ex.outcome }()
-	h.exchange(ex, r, wh)
+	h.exchange(ex, r, nil)
 }
 
-// exchange sends r to the upstream under UpstreamTimeout and relays the answer.
-func (h *Handler) exchange(ex *exchange, r *http.Request, wh *webhook) {
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.UpstreamTimeout)
+// exchange sends r to the upstream under UpstreamTimeout and relays the
+// answer. A claimed request carries c in its context, for settle.
+func (h *Handler) exchange(ex *exchange, r *http.Request, c *claimed) {
+	bounded, cancel := context.WithTimeout(r.Context(), h.cfg.UpstreamTimeout)
 	defer cancel()
 	stop := context.AfterFunc(h.abandon, cancel)
 	defer stop()
+	ctx := bounded
+	if c != nil {
+		c.Context = bounded
+		ctx = c
+	}
 	start := time.Now()
 	defer func() { h.m.upstream.Observe(time.Since(start).Seconds()) }()
 	h.reverse.ServeHTTP(ex, r.WithContext(ctx))
