@@ -57,18 +57,50 @@ func (h *Handler) answer(w http.ResponseWriter, wh *webhook, status int, outcome
 	hdr.Set(HeaderOutcome, outcome)
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Cache-Control", "no-store")
-	body := answerBody{Status: outcome, EventID: wh.id, Message: message}
-	b, _ := json.Marshal(body)
-	b = append(b, '\n')
+	b := appendAnswer(make([]byte, 0, 64+len(wh.id)+len(message)), outcome, wh.id, message)
 	hdr.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
 
+// answerBody is the JSON document of the proxy's own answers.
 type answerBody struct {
 	Status  string `json:"status"`
 	EventID string `json:"event_id,omitempty"`
 	Message string `json:"message,omitempty"`
+}
+
+// appendAnswer appends answerBody{status, id, message} as encoding/json
+// writes it, and a newline, without its reflection: this is every
+// duplicate's answer. Strings it would escape (quotes, controls, <, >, &,
+// non-ASCII) are rare in IDs and never in the proxy's own words; they go
+// through encoding/json.
+func appendAnswer(b []byte, status, id, message string) []byte {
+	if !plainJSON(status) || !plainJSON(id) || !plainJSON(message) {
+		enc, _ := json.Marshal(answerBody{Status: status, EventID: id, Message: message})
+		return append(append(b, enc...), '\n')
+	}
+	b = append(b, `{"status":"`...)
+	b = append(b, status...)
+	if id != "" {
+		b = append(b, `","event_id":"`...)
+		b = append(b, id...)
+	}
+	if message != "" {
+		b = append(b, `","message":"`...)
+		b = append(b, message...)
+	}
+	return append(b, "\"}\n"...)
+}
+
+// plainJSON reports whether encoding/json writes s between quotes as it is.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // readBody reads the whole body, at most MaxBodyBytes, into a pooled
