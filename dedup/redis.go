@@ -108,7 +108,13 @@ func OpenRedis(cfg RedisConfig) (*Redis, error) {
 	opt.DialerRetries = 1
 	// A request's deadline bounds its Redis call too.
 	opt.ContextTimeoutEnabled = true
-	return NewRedis(redis.NewClient(opt)), nil
+	c := redis.NewClient(opt)
+	p, err := newPipelined(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return NewRedis(p), nil
 }
 
 // NewRedis returns a store that uses c. Close closes c.

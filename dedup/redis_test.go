@@ -100,7 +100,7 @@ func TestOpenRedisDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			opt := s.client.(*redis.Client).Options()
+			opt := s.client.(pipelined).Options()
 			if opt.DialTimeout != tc.dial || opt.ReadTimeout != tc.read || opt.PoolSize < tc.minPoolSize {
 				t.Errorf("DialTimeout %s, ReadTimeout %s, PoolSize %d; want %s, %s, at least %d",
 					opt.DialTimeout, opt.ReadTimeout, opt.PoolSize, tc.dial, tc.read, tc.minPoolSize)

@@ -1,0 +1,66 @@
+package dedup
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// pipelined is the Client OpenRedis builds. Scripts (every claim, complete,
+// release and lookup) go through go-redis's autopipeliner, which sends the
+// calls of concurrent requests together: one write and one read for a batch,
+// where a plain client makes a pool health check, a write and a read for
+// each call. Each call is still one round trip and still atomic; on a busy
+// proxy the batch just carries several. Everything else (Ping, Del) goes
+// through the plain client.
+//
+// The autopipeliner is EXPERIMENTAL in go-redis v9.23; go.mod pins the
+// version, and NewRedis takes any other Client.
+type pipelined struct {
+	*redis.Client
+	ap *redis.AutoPipeliner // the deferred face: Submit, then WaitContext
+}
+
+// newPipelined wraps c. Closing c closes the autopipeliner too.
+func newPipelined(c *redis.Client) (pipelined, error) {
+	// The blocking face's batch size, on the deferred face: the only one
+	// whose wait honours a context.
+	ap, err := c.AsyncAutoPipelineWithOptions(redis.DefaultBlockingAutoPipelineOptions())
+	if err != nil {
+		return pipelined{}, fmt.Errorf("dedup: redis autopipeline: %w", err)
+	}
+	return pipelined{Client: c, ap: ap}, nil
+}
+
+func (p pipelined) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return p.eval(ctx, "evalsha", sha1, keys, args)
+}
+
+func (p pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return p.eval(ctx, "eval", script, keys, args)
+}
+
+// eval queues one script call, built as go-redis builds it, and waits for
+// its answer as long as ctx lets it: a request's deadline still bounds its
+// Redis call. A call already queued when ctx ends may still run, as one
+// already sent may; its caller only stops waiting, and gets ctx's error.
+func (p pipelined) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, payload, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	if err := p.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && err == ctx.Err() {
+		// cmd may still be written to by its batch: answer with another.
+		abandoned := redis.NewCmd(ctx, cmdArgs...)
+		abandoned.SetErr(err)
+		return abandoned
+	}
+	return cmd
+}

@@ -1,0 +1,80 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+)
+
+// A request's deadline still bounds its Redis call through the
+// autopipeliner, and an abandoned wait leaves the store working.
+func TestRedisDeadlineWhileRedisIsPaused(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Redis holds every client's commands but this one's for a while.
+	if err := raw.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err := s.Claim(short, "paused", lease)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Claim while Redis is paused = %v, want context.DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("Claim returned after %s, past its 100ms deadline", waited.Round(time.Millisecond))
+	}
+	eventually(t, "a claim to succeed once Redis resumes", func() bool {
+		_, rec, err := s.Claim(ctx, "after-pause", lease)
+		return err == nil && rec.State == Absent
+	})
+}
+
+// Concurrent calls share batches; each still gets its own answer.
+func TestRedisConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
+	s := openRedis(t, redistest.New(t))
+	ctx := context.Background()
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("concurrent-%d", i)
+			c, rec, err := s.Claim(ctx, key, lease)
+			if err != nil || c.Key != key || rec.State != Absent {
+				errs <- fmt.Errorf("claim %s = %+v, %v, %v", key, c, rec.State, err)
+				return
+			}
+			res := Result{Status: 200 + i}
+			if err := s.Complete(ctx, c, res, keep); err != nil {
+				errs <- fmt.Errorf("complete %s: %v", key, err)
+				return
+			}
+			got, err := s.Lookup(ctx, key)
+			if err != nil || got.State != Completed || got.Result.Status != res.Status {
+				errs <- fmt.Errorf("lookup %s = %v %d, %v; want completed %d", key, got.State, got.Result.Status, err, res.Status)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
