@@ -1,0 +1,45 @@
+# webhook-dedup: build, test, lint. `make test` is the whole test suite; it
+# installs what the tests need (redis-server from Debian) when it is missing.
+
+GO       ?= go
+FUZZTIME ?= 3s
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+STATICCHECK_VERSION := v0.8.2
+
+.PHONY: build test deps lint fuzz ci
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o webhook-dedup .
+
+# The test command the README gives: every package, race detector on.
+test: deps
+	$(GO) test -race -count=1 ./...
+
+# Debian packages the tests run for real.
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+lint:
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$target"; \
+			$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+ci: lint test fuzz

@@ -1,0 +1,161 @@
+// Package admin serves the operator's port: health, readiness, Prometheus
+// metrics, and an API to inspect and forget single events.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// Store is what the admin port needs of a dedup store.
+type Store interface {
+	Ping(ctx context.Context) error
+	Lookup(ctx context.Context, key string) (dedup.Record, error)
+	Forget(ctx context.Context, key string) (bool, error)
+}
+
+// Config configures the admin handler.
+type Config struct {
+	// Store is checked by /readyz and used by the events API. Required.
+	Store Store
+	// Gatherer is served on /metrics. Required.
+	Gatherer prometheus.Gatherer
+	// Token enables the events API (bearer token). If empty, the API answers 404.
+	Token string
+	// KeyPrefix is the store key prefix, as the proxy uses it.
+	KeyPrefix string
+	// Logger logs admin actions. If nil, nothing is logged.
+	Logger *zap.Logger
+}
+
+// pingTimeout bounds /readyz's store check, so that an outage shows within
+// seconds rather than hanging the probe.
+const pingTimeout = 2 * time.Second
+
+// Server is the admin handler.
+type Server struct {
+	cfg      Config
+	draining atomic.Bool
+	mux      *http.ServeMux
+}
+
+// New returns the admin handler.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", s.ready)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /v1/events/{namespace}/{id}", s.authorized(s.inspect))
+	s.mux.HandleFunc("DELETE /v1/events/{namespace}/{id}", s.authorized(s.forget))
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Drain makes /readyz answer 503 from now on (shutdown has begun).
+func (s *Server) Drain() { s.draining.Store(true) }
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), pingTimeout)
+	defer cancel()
+	if err := s.cfg.Store.Ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// authorized guards the events API with the bearer token, compared in
+// constant time; without a token the API does not exist.
+func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Token == "" {
+			http.NotFound(w, r)
+			return
+		}
+		const prefix = "Bearer "
+		got := r.Header.Get("Authorization")
+		if len(got) < len(prefix) || got[:len(prefix)] != prefix ||
+			subtle.ConstantTimeCompare([]byte(got[len(prefix):]), []byte(s.cfg.Token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="webhook-dedup"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
+			return
+		}
+		next(w, r)
+	}
+}
+
+// Event is the events API's view of one record.
+type Event struct {
+	Namespace  string  `json:"namespace"`
+	ID         string  `json:"id"`
+	State      string  `json:"state"`
+	Status     int     `json:"status,omitempty"`
+	AgeSeconds float64 `json:"age_seconds"`
+	TTLSeconds float64 `json:"ttl_seconds"`
+}
+
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	rec, err := s.cfg.Store.Lookup(r.Context(), s.key(ns, id))
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no record for this event"})
+		return
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
+	ev := Event{Namespace: ns, ID: id, State: rec.State.String(), TTLSeconds: rec.TTL.Seconds()}
+	if rec.State == dedup.Completed {
+		ev.Status = rec.Result.Status
+	}
+	if !rec.Since.IsZero() {
+		ev.AgeSeconds = time.Since(rec.Since).Seconds()
+	}
+	writeJSON(w, http.StatusOK, ev)
+}
+
+func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	existed, err := s.cfg.Store.Forget(r.Context(), s.key(ns, id))
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
+	if !existed {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no record for this event"})
+		return
+	}
+	s.cfg.Logger.Info("event forgotten by the admin API", zap.String("namespace", ns), zap.String("event_id", id))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) key(namespace, id string) string { return s.cfg.KeyPrefix + namespace + ":" + id }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"go.uber.org/zap"
+)
+
+func writeUsage(w io.Writer) error { return config.WriteUsage(w) }
+
+func printVersion(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "webhook-dedup %s (commit %s, %s)\n", version, commit, runtime.Version())
+	return err
+}
+
+// healthcheck asks the local admin port's /readyz, for container health
+// checks in images that have no curl. Exit 0 when ready, 1 otherwise.
+func healthcheck(ctx context.Context, environ map[string]string, stdout io.Writer) error {
+	addr := environ["ADMIN_ADDR"]
+	if addr == "" {
+		addr = ":9090"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageError(fmt.Errorf("ADMIN_ADDR: %w", err))
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: /readyz answered %s", resp.Status)
+	}
+	_, err = fmt.Fprintln(stdout, "ready")
+	return err
+}
+
+// storeCommand runs inspect or forget straight against the configured store.
+func storeCommand(ctx context.Context, cmd string, args []string, environ map[string]string, stdout io.Writer) error {
+	if len(args) != 2 {
+		return usageError(fmt.Errorf("usage: webhook-dedup %s NAMESPACE ID", cmd))
+	}
+	cfg, err := config.LoadForStore(environ)
+	if err != nil {
+		return usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	if cfg.RedisURL == "" {
+		return usageError(errors.New("REDIS_URL: required: the embedded store lives inside the serving process, out of reach of this command"))
+	}
+	st, err := openStore(cfg, zap.NewNop())
+	if err != nil {
+		return usageError(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	key := cfg.KeyPrefix + args[0] + ":" + args[1]
+	if cmd == "forget" {
+		existed, err := st.Forget(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !existed {
+			return fmt.Errorf("no record for %s %s", args[0], args[1])
+		}
+		_, err = fmt.Fprintf(stdout, "forgot %s %s\n", args[0], args[1])
+		return err
+	}
+	rec, err := st.Lookup(ctx, key)
+	if errors.Is(err, dedup.ErrNotFound) {
+		return fmt.Errorf("no record for %s %s", args[0], args[1])
+	}
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"namespace": args[0], "id": args[1], "state": rec.State.String(), "ttl_seconds": rec.TTL.Seconds()}
+	if rec.State == dedup.Completed {
+		out["status"] = rec.Result.Status
+	}
+	if !rec.Since.IsZero() {
+		out["age_seconds"] = time.Since(rec.Since).Seconds()
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

@@ -1,0 +1,320 @@
+// Package config reads webhook-dedup's configuration from environment
+// variables, validates all of it at once, and describes it for -h.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/webhook-dedup/webhook-dedup/providers"
+)
+
+// Config is the whole configuration. Every field is one environment
+// variable; its desc tag is what -h and the README say about it.
+type Config struct {
+	UpstreamURL string `env:"UPSTREAM_URL" desc:"the app, e.g. http://127.0.0.1:3000 (required)"`
+	ListenAddr  string `env:"LISTEN_ADDR" envDefault:":8080" desc:"where webhooks arrive"`
+	AdminAddr   string `env:"ADMIN_ADDR" envDefault:":9090" desc:"/healthz, /readyz, /metrics and the admin API"`
+	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE; longest whole-segment prefix wins"`
+
+	RedisURL  string `env:"REDIS_URL" desc:"redis:// or rediss:// URL; empty: embedded in-memory store (one replica only)"`
+	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
+
+	DedupTTL        time.Duration `env:"DEDUP_TTL" desc:"lifetime of completed records on every route; empty: each preset's own (generic sources: 72h)"`
+	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
+	LeaseTTL        time.Duration `env:"LEASE_TTL" desc:"lifetime of an in-flight claim; must exceed UPSTREAM_TIMEOUT; empty: UPSTREAM_TIMEOUT + 15s"`
+	MaxBodyBytes    int64         `env:"MAX_BODY_BYTES" envDefault:"10485760" desc:"largest body read for ID extraction, signatures or fingerprints (413 beyond)"`
+
+	OnStoreError string `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
+	OnMissingID  string `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
+
+	SignatureTolerance   time.Duration `env:"SIGNATURE_TOLERANCE" envDefault:"5m" desc:"allowed age (and future skew) of a signed timestamp"`
+	DedupBodyFingerprint bool          `env:"DEDUP_BODY_FINGERPRINT" envDefault:"false" desc:"also treat a body already completed within the TTL as a duplicate"`
+
+	ReplayResponse bool          `env:"REPLAY_RESPONSE" envDefault:"false" desc:"answer duplicates with the original status, Content-Type and body"`
+	ReplayMaxBytes int           `env:"REPLAY_MAX_BYTES" envDefault:"65536" desc:"largest response body kept for replay"`
+	InflightWait   time.Duration `env:"INFLIGHT_WAIT" envDefault:"0s" desc:"how long a duplicate of an in-flight event waits for the first to finish"`
+	InflightStatus int           `env:"INFLIGHT_STATUS" envDefault:"409" desc:"answer when that wait ends with the first still in flight: 409 or 503"`
+	ShadowMode     bool          `env:"SHADOW_MODE" envDefault:"false" desc:"detect, log and count duplicates but forward everything"`
+
+	ReadHeaderTimeout time.Duration `env:"READ_HEADER_TIMEOUT" envDefault:"10s" desc:"limit on reading a request's headers (slow clients)"`
+	ReadTimeout       time.Duration `env:"READ_TIMEOUT" envDefault:"30s" desc:"limit on reading a whole request, body included"`
+	IdleTimeout       time.Duration `env:"IDLE_TIMEOUT" envDefault:"120s" desc:"how long an idle keep-alive connection stays open"`
+	MaxHeaderBytes    int           `env:"MAX_HEADER_BYTES" envDefault:"65536" desc:"largest request header block (431 beyond)"`
+
+	ShutdownDelay   time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s" desc:"keep serving this long after SIGTERM (while endpoints are removed)"`
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" desc:"then drain in-flight requests for at most this long"`
+
+	AdminToken string `env:"ADMIN_TOKEN" desc:"bearer token for the admin API; empty disables it"`
+	LogLevel   string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
+	LogFormat  string `env:"LOG_FORMAT" envDefault:"json" desc:"json or console"`
+
+	// Secrets and URLs hold the per-preset variables (<PROVIDER>_WEBHOOK_SECRET,
+	// <PROVIDER>_WEBHOOK_URL), read by preset name.
+	Secrets map[string][]string `env:"-"`
+	URLs    map[string]string   `env:"-"`
+	// Upstream is UpstreamURL parsed.
+	Upstream *url.URL `env:"-"`
+	// RouteSpecs is Routes parsed.
+	RouteSpecs []RouteSpec `env:"-"`
+}
+
+// RouteSpec is one PATH=SOURCE entry of ROUTES.
+type RouteSpec struct {
+	Path   string
+	Source string
+}
+
+// Load reads the configuration from environ (variable name to value) and
+// validates it. The error joins every problem found, each naming its variable.
+func Load(environ map[string]string) (*Config, error) {
+	return load(environ, true)
+}
+
+// LoadForStore is Load for the commands that only reach the store (inspect,
+// forget): UPSTREAM_URL may be absent.
+func LoadForStore(environ map[string]string) (*Config, error) {
+	return load(environ, false)
+}
+
+func load(environ map[string]string, needUpstream bool) (*Config, error) {
+	var cfg Config
+	var errs []error
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
+		errs = append(errs, namedParseErrors(err)...)
+	}
+	errs = append(errs, cfg.complete(environ, needUpstream)...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &cfg, nil
+}
+
+// complete validates the parsed fields and fills in the derived ones.
+func (c *Config) complete(environ map[string]string, needUpstream bool) []error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+	}
+
+	if c.UpstreamURL == "" && needUpstream {
+		bad("UPSTREAM_URL", "required (the app's URL, e.g. http://127.0.0.1:3000)")
+	} else if c.UpstreamURL == "" {
+		// Not needed by this command.
+	} else if u, err := url.Parse(c.UpstreamURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("UPSTREAM_URL", "%q is not an http:// or https:// URL with a host", c.UpstreamURL)
+	} else {
+		c.Upstream = u
+	}
+	if c.RedisURL != "" {
+		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL")
+		}
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
+	}
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"UPSTREAM_TIMEOUT", c.UpstreamTimeout}, {"LEASE_TTL", c.LeaseTTL},
+		{"SIGNATURE_TOLERANCE", c.SignatureTolerance}, {"READ_HEADER_TIMEOUT", c.ReadHeaderTimeout},
+		{"READ_TIMEOUT", c.ReadTimeout}, {"IDLE_TIMEOUT", c.IdleTimeout}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			bad(p.name, "must be a positive duration, got %s", p.d)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"DEDUP_TTL", c.DedupTTL}, {"INFLIGHT_WAIT", c.InflightWait}, {"SHUTDOWN_DELAY", c.ShutdownDelay}} {
+		if p.d < 0 {
+			bad(p.name, "must not be negative, got %s", p.d)
+		}
+	}
+	if c.UpstreamTimeout > 0 && c.LeaseTTL <= c.UpstreamTimeout {
+		bad("LEASE_TTL", "%s must be greater than UPSTREAM_TIMEOUT (%s), so a lease only expires if the proxy died", c.LeaseTTL, c.UpstreamTimeout)
+	}
+	if c.MaxBodyBytes <= 0 {
+		bad("MAX_BODY_BYTES", "must be positive, got %d", c.MaxBodyBytes)
+	}
+	if c.ReplayMaxBytes < 0 {
+		bad("REPLAY_MAX_BYTES", "must not be negative, got %d", c.ReplayMaxBytes)
+	}
+	if c.MaxHeaderBytes <= 0 {
+		bad("MAX_HEADER_BYTES", "must be positive, got %d", c.MaxHeaderBytes)
+	}
+	if c.OnStoreError != "reject" && c.OnStoreError != "forward" {
+		bad("ON_STORE_ERROR", "must be reject or forward, got %q", c.OnStoreError)
+	}
+	if c.OnMissingID != "forward" && c.OnMissingID != "reject" {
+		bad("ON_MISSING_ID", "must be forward or reject, got %q", c.OnMissingID)
+	}
+	if c.InflightStatus != 409 && c.InflightStatus != 503 {
+		bad("INFLIGHT_STATUS", "must be 409 or 503, got %d", c.InflightStatus)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("LOG_LEVEL", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		bad("LOG_FORMAT", "must be json or console, got %q", c.LogFormat)
+	}
+	specs, err := ParseRoutes(c.Routes)
+	if err != nil {
+		bad("ROUTES", "%v", err)
+	}
+	c.RouteSpecs = specs
+
+	c.Secrets = map[string][]string{}
+	c.URLs = map[string]string{}
+	for _, p := range providers.Presets() {
+		if p.SecretVar != "" {
+			if secrets := splitList(environ[p.SecretVar]); len(secrets) > 0 {
+				c.Secrets[p.Name] = secrets
+			}
+		}
+		if p.URLVar != "" {
+			if v := strings.TrimSpace(environ[p.URLVar]); v != "" {
+				if u, err := url.Parse(v); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+					bad(p.URLVar, "not an absolute http(s) URL")
+				} else {
+					c.URLs[p.Name] = v
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// ParseRoutes parses ROUTES: comma-separated PATH=SOURCE entries. Paths must
+// start with "/", are cleaned of a trailing slash, and may not repeat.
+func ParseRoutes(s string) ([]RouteSpec, error) {
+	var specs []RouteSpec
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		path, source, ok := strings.Cut(entry, "=")
+		path, source = strings.TrimSpace(path), strings.TrimSpace(source)
+		switch {
+		case !ok || source == "":
+			return nil, fmt.Errorf("%q is not PATH=SOURCE", entry)
+		case !strings.HasPrefix(path, "/"):
+			return nil, fmt.Errorf("path %q must start with /", path)
+		case strings.ContainsAny(path, "?#% \t"):
+			return nil, fmt.Errorf("path %q may not contain '?', '#', '%%' or spaces", path)
+		case strings.Contains(path, "//"):
+			return nil, fmt.Errorf("path %q has an empty segment", path)
+		}
+		if len(path) > 1 {
+			path = strings.TrimSuffix(path, "/")
+		}
+		if seen[path] {
+			return nil, fmt.Errorf("path %q appears twice", path)
+		}
+		seen[path] = true
+		specs = append(specs, RouteSpec{Path: path, Source: source})
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("no route")
+	}
+	return specs, nil
+}
+
+// ProviderOptions is what the providers package needs to build sources.
+func (c *Config) ProviderOptions() providers.Options {
+	return providers.Options{Secrets: c.Secrets, URLs: c.URLs, Tolerance: c.SignatureTolerance, TTL: c.DedupTTL}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// namedParseErrors rewrites caarlos0/env's errors, which name struct fields,
+// so that each names the environment variable instead.
+func namedParseErrors(err error) []error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return []error{err}
+	}
+	t := reflect.TypeOf(Config{})
+	var out []error
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := t.FieldByName(pe.Name); ok {
+				out = append(out, fmt.Errorf("%s: %w", f.Tag.Get("env"), pe.Err))
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// Variable is one environment variable as -h and the README list it.
+type Variable struct {
+	Name, Default, Description string
+}
+
+// Variables lists every variable the program reads, in declaration order,
+// followed by the per-preset secrets and URLs.
+func Variables() []Variable {
+	var vars []Variable
+	t := reflect.TypeOf(Config{})
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := f.Tag.Get("env")
+		if name == "" || name == "-" {
+			continue
+		}
+		vars = append(vars, Variable{Name: name, Default: f.Tag.Get("envDefault"), Description: f.Tag.Get("desc")})
+	}
+	for _, p := range providers.Presets() {
+		if p.SecretVar != "" {
+			vars = append(vars, Variable{Name: p.SecretVar, Description: p.Name + " signing secrets, comma-separated; set: verify signatures"})
+		}
+		if p.URLVar != "" {
+			vars = append(vars, Variable{Name: p.URLVar, Description: "the public URL " + p.Name + " signs"})
+		}
+	}
+	return vars
+}
+
+// WriteUsage writes the -h text: one variable a line, name first.
+func WriteUsage(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | inspect NAMESPACE ID | forget NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Configured by environment variables:")
+	fmt.Fprintln(tw)
+	for _, v := range Variables() {
+		def := v.Default
+		if def == "" {
+			def = "(empty)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, def, v.Description)
+	}
+	return tw.Flush()
+}

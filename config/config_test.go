@@ -1,0 +1,132 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func base() map[string]string {
+	return map[string]string{"UPSTREAM_URL": "http://127.0.0.1:3000"}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ListenAddr != ":8080" || cfg.AdminAddr != ":9090" || cfg.KeyPrefix != "webhook-dedup:" ||
+		cfg.UpstreamTimeout != 30*time.Second || cfg.LeaseTTL != 45*time.Second || cfg.MaxBodyBytes != 10485760 ||
+		cfg.OnStoreError != "reject" || cfg.OnMissingID != "forward" || cfg.SignatureTolerance != 5*time.Minute ||
+		cfg.InflightStatus != 409 || cfg.ReplayMaxBytes != 65536 || cfg.ShutdownTimeout != 25*time.Second {
+		t.Fatalf("defaults differ from SPEC.md: %+v", cfg)
+	}
+	if len(cfg.RouteSpecs) != 1 || cfg.RouteSpecs[0] != (RouteSpec{"/", "auto"}) {
+		t.Fatalf("default routes %v", cfg.RouteSpecs)
+	}
+}
+
+func TestErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "UPSTREAM_URL"},
+		{map[string]string{"UPSTREAM_URL": "not a url"}, "UPSTREAM_URL"},
+		{map[string]string{"UPSTREAM_URL": "ftp://x"}, "UPSTREAM_URL"},
+		{map[string]string{"UPSTREAM_TIMEOUT": "soon"}, "UPSTREAM_TIMEOUT"},
+		{map[string]string{"UPSTREAM_TIMEOUT": "10s", "LEASE_TTL": "10s"}, "LEASE_TTL"},
+		{map[string]string{"LEASE_TTL": "5s"}, "LEASE_TTL"},
+		{map[string]string{"MAX_BODY_BYTES": "-1"}, "MAX_BODY_BYTES"},
+		{map[string]string{"MAX_BODY_BYTES": "lots"}, "MAX_BODY_BYTES"},
+		{map[string]string{"ON_STORE_ERROR": "ignore"}, "ON_STORE_ERROR"},
+		{map[string]string{"ON_MISSING_ID": "drop"}, "ON_MISSING_ID"},
+		{map[string]string{"INFLIGHT_STATUS": "200"}, "INFLIGHT_STATUS"},
+		{map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		{map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
+		{map[string]string{"REPLAY_RESPONSE": "perhaps"}, "REPLAY_RESPONSE"},
+		{map[string]string{"REDIS_URL": "http://x"}, "REDIS_URL"},
+		{map[string]string{"ROUTES": "/a"}, "ROUTES"},
+		{map[string]string{"ROUTES": "a=github"}, "ROUTES"},
+		{map[string]string{"ROUTES": "/a=github,/a=stripe"}, "ROUTES"},
+		{map[string]string{"SQUARE_WEBHOOK_URL": "relative/path"}, "SQUARE_WEBHOOK_URL"},
+		{map[string]string{"DEDUP_TTL": "-1h"}, "DEDUP_TTL"},
+	} {
+		env := base()
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		if len(tc.env) == 0 {
+			env = map[string]string{}
+		}
+		_, err := Load(env)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load(%v) = %v, want an error naming %s", tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestAllProblemsReportedAtOnce(t *testing.T) {
+	_, err := Load(map[string]string{"UPSTREAM_TIMEOUT": "x", "ON_STORE_ERROR": "y"})
+	for _, name := range []string{"UPSTREAM_URL", "UPSTREAM_TIMEOUT", "ON_STORE_ERROR"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v does not name %s", err, name)
+		}
+	}
+}
+
+func TestSecretsAreSplitPerPreset(t *testing.T) {
+	env := base()
+	env["STRIPE_WEBHOOK_SECRET"] = "whsec_a, whsec_b,"
+	env["STANDARD_WEBHOOKS_SECRET"] = "whsec_c"
+	cfg, err := Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Secrets["stripe"]; len(got) != 2 || got[0] != "whsec_a" || got[1] != "whsec_b" {
+		t.Fatalf("stripe secrets %q", got)
+	}
+	if got := cfg.Secrets["standardwebhooks"]; len(got) != 1 {
+		t.Fatalf("standardwebhooks secrets %q", got)
+	}
+}
+
+func TestParseRoutes(t *testing.T) {
+	got, err := ParseRoutes(" /webhooks/stripe = stripe , /hooks/acme/=header:X-Acme-Event-Id,/=auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []RouteSpec{{"/webhooks/stripe", "stripe"}, {"/hooks/acme", "header:X-Acme-Event-Id"}, {"/", "auto"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+	for _, bad := range []string{"", ",", "/a", "=github", "a=github", "/a=", "/a b=github", "/a#b=github", "/a//b=github", "/a=x,/a/=y"} {
+		if _, err := ParseRoutes(bad); err == nil {
+			t.Errorf("ParseRoutes(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseRoutes(f *testing.F) {
+	for _, s := range []string{"/=auto", "/a=github,/b=header:X-Id", "/a=json:a.b+json:c", ",,", "/a=x,/a=y", "/%=x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		specs, err := ParseRoutes(s)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, r := range specs {
+			if !strings.HasPrefix(r.Path, "/") || r.Source == "" || seen[r.Path] {
+				t.Fatalf("ParseRoutes(%q) returned invalid %v", s, specs)
+			}
+			seen[r.Path] = true
+		}
+	})
+}

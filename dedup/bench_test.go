@@ -1,0 +1,89 @@
+package dedup
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+)
+
+// BenchmarkStore measures the two paths the proxy takes per request: a
+// first-seen event (claim, then complete) and a duplicate of a completed
+// one (claim finds the record). Allocations include the key's.
+func BenchmarkStore(b *testing.B) {
+	for _, st := range []struct {
+		name string
+		open func(b *testing.B) store
+	}{
+		{"memory", func(b *testing.B) store {
+			m := NewMemory()
+			b.Cleanup(func() { _ = m.Close() })
+			return m
+		}},
+		{"redis", func(b *testing.B) store { return openRedis(b, redistest.New(b)) }},
+	} {
+		b.Run(st.name, func(b *testing.B) {
+			s := st.open(b)
+			b.Run("claim-complete", func(b *testing.B) { benchClaimComplete(b, s) })
+			b.Run("claim-duplicate", func(b *testing.B) { benchClaimDuplicate(b, s) })
+		})
+	}
+}
+
+// benchClaimComplete cycles through a fixed set of keys whose completed
+// records expire after a millisecond, far sooner than the cycle comes
+// back: each claim finds its key free, and the store stays the same size
+// however long the benchmark runs, as a proxy's store does.
+func benchClaimComplete(b *testing.B, s store) {
+	const keys = 1 << 16
+	ctx := context.Background()
+	res := Result{Status: 200, Fingerprint: replayed.Fingerprint}
+	buf := []byte("bench:claim-complete:")
+	prefix := len(buf)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		buf = strconv.AppendInt(buf[:prefix], int64(i%keys), 10)
+		c, _, err := s.Claim(ctx, string(buf), lease)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if c == (Claim{}) {
+			b.Fatalf("key %s still held a cycle later", buf)
+		}
+		if err := s.Complete(ctx, c, res, time.Millisecond); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchClaimDuplicate has all goroutines claim one completed key.
+func benchClaimDuplicate(b *testing.B, s store) {
+	const key = "bench:claim-duplicate"
+	ctx := context.Background()
+	c, _, err := s.Claim(ctx, key, lease)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if c != (Claim{}) {
+		if err := s.Complete(ctx, c, Result{Status: 200, Fingerprint: replayed.Fingerprint}, keep); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, rec, err := s.Claim(ctx, key, lease)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if rec.State != Completed {
+				b.Errorf("duplicate found %v, want completed", rec.State)
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,10 @@
+-- Replaces the in-flight record of KEYS[1] with the completed record ARGV[2],
+-- kept for ARGV[3] milliseconds, only if the key is still in flight under
+-- the caller's token (the record starts with ARGV[1] = tag + token).
+-- Returns 1 when done, 0 when the claim is no longer the caller's.
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1

@@ -1,0 +1,196 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+)
+
+// Every kind of go-redis client fits Client.
+var (
+	_ store  = (*Redis)(nil)
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+	_ Client = (*redis.Ring)(nil)
+	_ Client = redis.UniversalClient(nil)
+)
+
+func openRedis(t testing.TB, srv *redistest.Server) *Redis {
+	t.Helper()
+	s, err := OpenRedis(RedisConfig{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestRedis(t *testing.T) {
+	testStore(t, openRedis(t, redistest.New(t)))
+}
+
+func TestRedisPingAcrossOutage(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping with Redis up: %v", err)
+	}
+	srv.Stop()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping with Redis stopped succeeded")
+	}
+	if _, _, err := s.Claim(ctx, "outage", lease); err == nil {
+		t.Fatal("Claim with Redis stopped succeeded")
+	}
+	srv.Start()
+	eventually(t, "Ping to succeed after Redis restarts", func() bool { return s.Ping(ctx) == nil })
+	if _, rec, err := s.Claim(ctx, "outage", lease); err != nil || rec.State != Absent {
+		t.Errorf("Claim after restart = %v, %v; want a fresh claim", rec.State, err)
+	}
+}
+
+func TestOpenRedisBadURL(t *testing.T) {
+	for _, tc := range []struct {
+		name, url, want string
+	}{
+		{"empty", "", "empty"},
+		{"no scheme", "localhost:6379", "redis://"},
+		{"other scheme", "http://localhost:6379", "redis://"},
+		{"unparseable", "redis://user:s3cret@%zz:6379", "invalid"},
+		{"bad database", "redis://:s3cret@localhost:6379/zero", "database"},
+		{"bad option", "redis://localhost:6379?dial_timeout=soon", "dial_timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := OpenRedis(RedisConfig{URL: tc.url})
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("OpenRedis succeeded")
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "dedup: ") || !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q, want it to start with \"dedup: \" and mention %q", msg, tc.want)
+			}
+			if strings.Contains(msg, "s3cret") {
+				t.Errorf("error %q repeats the password", msg)
+			}
+		})
+	}
+}
+
+func TestOpenRedisDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		url         string
+		dial, read  time.Duration
+		minPoolSize int
+	}{
+		{"defaults", "redis://localhost:6379", 2 * time.Second, time.Second, 10},
+		{"URL options win", "redis://localhost:6379?dial_timeout=5s&read_timeout=3s&pool_size=1", 5 * time.Second, 3 * time.Second, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := OpenRedis(RedisConfig{URL: tc.url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			opt := s.client.(*redis.Client).Options()
+			if opt.DialTimeout != tc.dial || opt.ReadTimeout != tc.read || opt.PoolSize < tc.minPoolSize {
+				t.Errorf("DialTimeout %s, ReadTimeout %s, PoolSize %d; want %s, %s, at least %d",
+					opt.DialTimeout, opt.ReadTimeout, opt.PoolSize, tc.dial, tc.read, tc.minPoolSize)
+			}
+			if !opt.ContextTimeoutEnabled {
+				t.Error("ContextTimeoutEnabled is off: request deadlines would not bound Redis calls")
+			}
+		})
+	}
+}
+
+// TestRedisRecordSize pins the stored size of a completed record without a
+// replayed response, the record kept for every event for days.
+func TestRedisRecordSize(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := context.Background()
+	const key = "stripe:evt_1NvYwq2eZvKYlo2CqCvP3X7T"
+	c, _ := mustClaim(t, s, key, lease)
+	if err := s.Complete(ctx, c, Result{Status: 200, Fingerprint: replayed.Fingerprint}, 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := raw.StrLen(ctx, key).Val(); n != completedLen {
+		t.Errorf("STRLEN = %d, want %d", n, completedLen)
+	}
+	if enc := raw.ObjectEncoding(ctx, key).Val(); enc != "embstr" {
+		t.Errorf("OBJECT ENCODING = %q, want embstr", enc)
+	}
+	usage, err := raw.MemoryUsage(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("completed record: %d-byte value, %d-byte key, MEMORY USAGE %d bytes", completedLen, len(key), usage)
+}
+
+func TestRedisForeignValue(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := context.Background()
+	for _, v := range []string{"hello", "", "\x01short", "\x02short"} {
+		if err := raw.Set(ctx, "foreign", v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Claim(ctx, "foreign", lease); !errors.Is(err, errBadRecord) {
+			t.Errorf("Claim over %q = %v, want errBadRecord", v, err)
+		}
+		if _, err := s.Lookup(ctx, "foreign"); !errors.Is(err, errBadRecord) {
+			t.Errorf("Lookup of %q = %v, want errBadRecord", v, err)
+		}
+	}
+}
+
+// TestRedisScriptCacheFlushed checks the EVALSHA-then-EVAL fallback: after
+// a restart or SCRIPT FLUSH, Redis no longer knows the scripts.
+func TestRedisScriptCacheFlushed(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := context.Background()
+	c, _ := mustClaim(t, s, "flushed", lease)
+	if err := raw.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, c, replayed, keep); err != nil {
+		t.Fatalf("Complete after SCRIPT FLUSH: %v", err)
+	}
+	if err := raw.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, rec, err := s.Claim(ctx, "flushed", lease); err != nil || rec.State != Completed {
+		t.Errorf("Claim after SCRIPT FLUSH = %v, %v; want completed", rec.State, err)
+	}
+}
+
+// TestRedisClaimRetryKeepsOwnership runs the claim script twice with the
+// same value, as go-redis does when an answer is lost and it retries: the
+// second run must not report the caller's own claim as someone else's.
+func TestRedisClaimRetryKeepsOwnership(t *testing.T) {
+	s := openRedis(t, redistest.New(t))
+	ctx := context.Background()
+	value := encodeInFlight(newToken(), time.Now().UnixMilli())
+	for i := range 2 {
+		n, err := claimScript.Run(ctx, s.client, []string{"retried"}, value, millis(lease)).Int64()
+		if err != nil || n != 1 {
+			t.Errorf("run #%d = %d, %v; want 1 (owned)", i+1, n, err)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+// Package proxy forwards each webhook event to the upstream once: it finds
+// the event ID, claims it in a store, forwards first-seen events and answers
+// duplicates itself.
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// Store is what the proxy needs of a dedup store (dedup.Redis, dedup.Memory).
+type Store interface {
+	Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error)
+	Complete(ctx context.Context, c dedup.Claim, res dedup.Result, ttl time.Duration) error
+	Release(ctx context.Context, c dedup.Claim) error
+	Lookup(ctx context.Context, key string) (dedup.Record, error)
+}
+
+// Config configures a Handler. Zero values are documented per field.
+type Config struct {
+	// Upstream is the app's base URL. Required.
+	Upstream *url.URL
+	// Routes are the dedup routes. Requests on no route pass through.
+	Routes []Route
+	// Store keeps the claims. Required.
+	Store Store
+	// KeyPrefix starts every store key.
+	KeyPrefix string
+	// UpstreamTimeout bounds each forwarded request. If zero, 30s.
+	UpstreamTimeout time.Duration
+	// LeaseTTL is the lifetime of a claim. If zero, UpstreamTimeout + 15s.
+	LeaseTTL time.Duration
+	// MaxBodyBytes bounds a body the proxy must hold. If zero, 10 MiB.
+	MaxBodyBytes int64
+	// ForwardOnStoreError fails open when the store is unreachable;
+	// if false, the sender gets 503 and retries.
+	ForwardOnStoreError bool
+	// RejectMissingID answers 400 when no event ID is found; if false the
+	// request is forwarded unchecked.
+	RejectMissingID bool
+	// BodyFingerprint also treats a body already completed as a duplicate.
+	BodyFingerprint bool
+	// ReplayResponse answers duplicates with the original response, whose
+	// body is kept up to ReplayMaxBytes (if zero, 64 KiB).
+	ReplayResponse bool
+	ReplayMaxBytes int
+	// InflightWait is how long a duplicate of an in-flight event waits for
+	// the first to finish. If zero, it is answered at once.
+	InflightWait time.Duration
+	// InflightStatus answers an unresolved in-flight duplicate unless the
+	// preset chooses. If zero, 409.
+	InflightStatus int
+	// ShadowMode forwards duplicates too, marking them shadow-duplicate.
+	ShadowMode bool
+	// Transport reaches the upstream. If nil, a clone of
+	// http.DefaultTransport sized for a sidecar.
+	Transport http.RoundTripper
+	// Logger logs one line per webhook. If nil, nothing is logged.
+	Logger *zap.Logger
+	// Metrics are updated per request. Required.
+	Metrics *Metrics
+	// Now is the clock used for signature timestamps. If nil, time.Now.
+	Now func() time.Time
+}
+
+// Handler is the proxy. It is safe for concurrent use.
+type Handler struct {
+	cfg     Config
+	routes  routeTable
+	reverse *httputil.ReverseProxy
+	log     *zap.Logger
+	m       *Metrics
+	pool    bufferPool
+	// done is closed by Abandon to stop waits and upstream requests.
+	abandon context.Context
+	stop    context.CancelFunc
+}
+
+// New returns a Handler for cfg.
+func New(cfg Config) *Handler {
+	if cfg.UpstreamTimeout == 0 {
+		cfg.UpstreamTimeout = 30 * time.Second
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = cfg.UpstreamTimeout + 15*time.Second
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 10 << 20
+	}
+	if cfg.ReplayMaxBytes == 0 {
+		cfg.ReplayMaxBytes = 64 << 10
+	}
+	if cfg.InflightStatus == 0 {
+		cfg.InflightStatus = http.StatusConflict
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = NewTransport()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Handler{cfg: cfg, routes: newRouteTable(cfg.Routes), log: cfg.Logger, m: cfg.Metrics}
+	h.abandon, h.stop = context.WithCancel(context.Background())
+	upstream := cfg.Upstream
+	h.reverse = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			// The upstream sees the Host the sender used (apps that verify
+			// signed URLs depend on it) and keeps an ingress's X-Forwarded-For chain.
+			pr.Out.Host = pr.In.Host
+			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
+				pr.Out.Header["X-Forwarded-For"] = xff
+			}
+			pr.SetXForwarded()
+		},
+		Transport:      cfg.Transport,
+		ModifyResponse: h.settle,
+		ErrorHandler:   h.upstreamError,
+		// Flush at once: answers are small, and some senders stream.
+		FlushInterval: -1,
+		ErrorLog:      zap.NewStdLog(cfg.Logger.Named("reverseproxy")),
+	}
+	return h
+}
+
+// NewTransport returns the upstream transport: a clone of
+// http.DefaultTransport whose keep-alive pool is large enough that
+// connection setup never limits throughput, and that never adds
+// Accept-Encoding (the upstream must see the sender's headers unchanged).
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 1024
+	t.IdleConnTimeout = 90 * time.Second
+	t.DisableCompression = true
+	t.ForceAttemptHTTP2 = false
+	return t
+}
+
+// Abandon makes requests still in progress give up: waits end and upstream
+// requests are cancelled, so their claims are released. Shutdown calls it
+// when draining runs out of time.
+func (h *Handler) Abandon() { h.stop() }
+
+// ServeHTTP routes a request: POSTs on a dedup route whose source recognises
+// them are deduplicated; everything else passes through untouched.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		h.reverse.ServeHTTP(w, r)
+		return
+	}
+	route := h.routes.match(r.URL.Path)
+	if route == nil {
+		h.reverse.ServeHTTP(w, r)
+		return
+	}
+	ext := route.Source.Resolve(r.Header)
+	if ext == nil {
+		h.reverse.ServeHTTP(w, r)
+		return
+	}
+	h.serveWebhook(w, r, route, ext)
+}
+
+// upstreamError answers 504 when the upstream ran past UpstreamTimeout and
+// 502 when it could not be reached or broke off; the exchange records it so
+// the claim is released.
+func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusBadGateway
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		status = http.StatusGatewayTimeout
+	}
+	if ex, ok := w.(*exchange); ok {
+		ex.upstreamErr = err
+		ex.outcome = outcomeUpstreamError
+	}
+	if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		// The sender went away; there is nobody to answer.
+		h.log.Debug("upstream request cancelled", zap.Error(err))
+	} else {
+		h.log.Warn("upstream error", zap.String("path", r.URL.Path), zap.Int("status", status), zap.Error(err))
+	}
+	w.WriteHeader(status)
+}
+
+// fingerprint is the SHA-256 of a body.
+func fingerprint(body []byte) [32]byte { return sha256.Sum256(body) }

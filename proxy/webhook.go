@@ -1,0 +1,434 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/providers"
+)
+
+// HeaderOutcome is the response header naming what the proxy did.
+const HeaderOutcome = "X-Webhook-Dedup"
+
+// storeErrorRetryAfter is the Retry-After, in seconds, of a 503 answered
+// while the store is unreachable.
+const storeErrorRetryAfter = "5"
+
+// finishTimeout bounds completing or releasing a claim after the request
+// itself is over (the sender may be gone, but the record must be written).
+const finishTimeout = 5 * time.Second
+
+// webhook is one deduplicated request as it goes through the proxy.
+type webhook struct {
+	route   *Route
+	ext     *providers.Extractor
+	start   time.Time
+	id      string
+	key     string
+	outcome string
+	status  int
+	body    []byte // nil when the body streams
+	err     error
+}
+
+func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
+	wh := &webhook{route: route, ext: ext, start: time.Now()}
+	defer h.logWebhook(r, wh)
+
+	if ext.NeedsBody || h.cfg.BodyFingerprint {
+		buf, err := h.readBody(w, r)
+		if buf != nil {
+			defer h.pool.put(buf)
+		}
+		if err != nil {
+			wh.err = err
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				h.answer(w, wh, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES")
+			} else {
+				h.answer(w, wh, http.StatusBadRequest, outcomeBadRequest, "could not read the body")
+			}
+			return
+		}
+		wh.body = buf.Bytes()
+		r.Body = io.NopCloser(bytes.NewReader(wh.body))
+	}
+
+	if ext.Verifier != nil {
+		if err := ext.Verifier.Verify(r.Header, wh.body, h.cfg.Now()); err != nil {
+			wh.err = err
+			h.answer(w, wh, http.StatusUnauthorized, outcomeInvalidSignature, "signature invalid")
+			return
+		}
+	}
+
+	id, err := ext.EventID(r.Header, wh.body)
+	switch {
+	case errors.Is(err, providers.ErrNotEvent):
+		h.forwardUnchecked(w, r, wh)
+		return
+	case errors.Is(err, providers.ErrNoID):
+		wh.err = err
+		if h.cfg.RejectMissingID {
+			h.answer(w, wh, http.StatusBadRequest, outcomeMissingID, "no event ID found")
+			return
+		}
+		h.forwardUnchecked(w, r, wh)
+		return
+	case err != nil:
+		wh.err = err
+		h.answer(w, wh, http.StatusBadRequest, outcomeInvalidID, "event ID longer than 512 bytes, ambiguous or with control characters")
+		return
+	}
+	wh.id = id
+	wh.key = h.cfg.KeyPrefix + ext.Namespace + ":" + id
+
+	if h.cfg.BodyFingerprint && h.seenBody(w, r, wh) {
+		return
+	}
+	h.claimAndForward(w, r, wh)
+}
+
+// claimAndForward claims the event and forwards it, or answers the duplicate.
+func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *webhook) {
+	ctx := r.Context()
+	var waitUntil time.Time
+	if h.cfg.InflightWait > 0 {
+		waitUntil = time.Now().Add(h.cfg.InflightWait)
+	}
+	for {
+		start := time.Now()
+		claim, rec, err := h.cfg.Store.Claim(ctx, wh.key, h.cfg.LeaseTTL)
+		h.m.observeStore(opClaim, start, err)
+		if err != nil {
+			h.storeUnavailable(w, r, wh, err)
+			return
+		}
+		if claim.Token != "" {
+			h.forwardClaimed(w, r, wh, claim)
+			return
+		}
+		if h.cfg.ShadowMode {
+			h.forward(w, r, wh, outcomeShadowDuplicate)
+			return
+		}
+		if rec.State == dedup.Completed {
+			h.duplicate(w, wh, rec)
+			return
+		}
+		if waitUntil.IsZero() {
+			h.inFlight(w, wh, rec)
+			return
+		}
+		// In flight: wait for the first copy's outcome.
+		rec, err = h.awaitOutcome(ctx, wh.key, waitUntil)
+		switch {
+		case err != nil && ctx.Err() == nil && !errors.Is(err, errWaitOver):
+			h.storeUnavailable(w, r, wh, err)
+			return
+		case rec.State == dedup.Completed:
+			h.duplicate(w, wh, rec)
+			return
+		case rec.State == dedup.Absent:
+			continue // released: try to claim it ourselves
+		}
+		h.inFlight(w, wh, rec)
+		return
+	}
+}
+
+var errWaitOver = errors.New("proxy: in-flight wait over")
+
+// inflightPoll is how often a waiting duplicate looks at the first copy's record.
+const inflightPoll = 50 * time.Millisecond
+
+// awaitOutcome polls the record until it is no longer in flight or until
+// the deadline. It returns the last record seen.
+func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time) (dedup.Record, error) {
+	var timer *time.Timer
+	for {
+		start := time.Now()
+		rec, err := h.cfg.Store.Lookup(ctx, key)
+		if errors.Is(err, dedup.ErrNotFound) {
+			return dedup.Record{State: dedup.Absent}, nil
+		}
+		h.m.observeStore(opLookup, start, err)
+		if err != nil || rec.State != dedup.InFlight {
+			return rec, err
+		}
+		left := time.Until(until)
+		if left <= 0 {
+			return rec, errWaitOver
+		}
+		if timer == nil {
+			timer = time.NewTimer(min(inflightPoll, left))
+			defer timer.Stop()
+		} else {
+			timer.Reset(min(inflightPoll, left))
+		}
+		select {
+		case <-ctx.Done():
+			return rec, ctx.Err()
+		case <-h.abandon.Done():
+			return rec, errWaitOver
+		case <-timer.C:
+		}
+	}
+}
+
+// claimed is a forwarded request that holds a claim, until it is settled:
+// completed on a 2xx answer, released on anything else.
+type claimed struct {
+	wh      *webhook
+	claim   dedup.Claim
+	hasher  hash.Hash // fingerprints a streamed body; nil when buffered
+	settled bool
+}
+
+type claimedKey struct{}
+
+// forwardClaimed forwards a claimed event. The claim is settled as soon as
+// the upstream's answer arrives, before the sender sees it (settle, run as
+// ModifyResponse), so a retry sent the moment the sender has its answer
+// already finds the record. When no answer comes (upstream error, timeout,
+// sender gone, or a panic from a broken copy) the claim is released.
+func (h *Handler) forwardClaimed(w http.ResponseWriter, r *http.Request, wh *webhook, claim dedup.Claim) {
+	h.m.inflight.Inc()
+	c := &claimed{wh: wh, claim: claim}
+	if wh.body == nil && r.Body != nil && r.Body != http.NoBody {
+		// Stream the body to the upstream, fingerprinting it on the way.
+		c.hasher = sha256.New()
+		r.Body = &hashingBody{ReadCloser: r.Body, h: c.hasher}
+	}
+	ex := newExchange(w, outcomeForwarded)
+	defer func() {
+		// Runs during a panic too (httputil.ReverseProxy aborts the handler
+		// with http.ErrAbortHandler when the response copy fails).
+		h.m.inflight.Dec()
+		wh.status, wh.outcome = ex.status, ex.outcome
+		if !c.settled {
+			h.release(r.Context(), c)
+		}
+	}()
+	h.exchange(ex, r.WithContext(context.WithValue(r.Context(), claimedKey{}, c)), wh)
+}
+
+// settle completes or releases the claim of a forwarded request when the
+// upstream's answer arrives. With ReplayResponse it first reads the body (up
+// to ReplayMaxBytes) to keep it, then hands it on unchanged.
+func (h *Handler) settle(resp *http.Response) error {
+	c, _ := resp.Request.Context().Value(claimedKey{}).(*claimed)
+	if c == nil {
+		return nil // not a claimed webhook
+	}
+	c.settled = true
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		h.release(resp.Request.Context(), c)
+		return nil
+	}
+	res := dedup.Result{Status: resp.StatusCode}
+	switch {
+	case c.wh.body != nil:
+		res.Fingerprint = fingerprint(c.wh.body)
+	case c.hasher != nil:
+		c.hasher.Sum(res.Fingerprint[:0])
+	}
+	if h.cfg.ReplayResponse {
+		kept, err := io.ReadAll(io.LimitReader(resp.Body, int64(h.cfg.ReplayMaxBytes)+1))
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(kept), resp.Body), resp.Body}
+		// A body too large or cut short is not kept: duplicates then get
+		// the plain duplicate answer rather than a truncated copy.
+		if err == nil && len(kept) <= h.cfg.ReplayMaxBytes {
+			res.ContentType = resp.Header.Get("Content-Type")
+			res.Body = kept
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(resp.Request.Context()), finishTimeout)
+	defer cancel()
+	start := time.Now()
+	err := h.cfg.Store.Complete(ctx, c.claim, res, c.wh.ext.TTL)
+	h.storeFinished(opComplete, start, c.wh, err)
+	if err == nil && h.cfg.BodyFingerprint && c.wh.body != nil {
+		h.rememberBody(ctx, c.wh, res)
+	}
+	return nil
+}
+
+// release gives the claim up so that the sender's retry is forwarded.
+func (h *Handler) release(ctx context.Context, c *claimed) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	start := time.Now()
+	err := h.cfg.Store.Release(ctx, c.claim)
+	h.storeFinished(opRelease, start, c.wh, err)
+	if err == nil {
+		h.m.released.Inc()
+	}
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+func (h *Handler) storeFinished(op string, start time.Time, wh *webhook, err error) {
+	if errors.Is(err, dedup.ErrNotOwner) {
+		h.m.observeStore(op, start, nil)
+		h.m.leaseLost.Inc()
+		h.log.Warn("lease expired before "+op+": the event may be forwarded again",
+			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
+		return
+	}
+	h.m.observeStore(op, start, err)
+	if err != nil {
+		h.log.Error(op+" failed: the claim stays until its lease expires",
+			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id), zap.Error(err))
+	}
+}
+
+// forwardUnchecked forwards without deduplication (no ID, handshakes, store down).
+func (h *Handler) forwardUnchecked(w http.ResponseWriter, r *http.Request, wh *webhook) {
+	h.forward(w, r, wh, outcomeForwardedUnchecked)
+}
+
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, wh *webhook, outcome string) {
+	ex := newExchange(w, outcome)
+	defer func() { wh.status, wh.outcome = ex.status, ex.outcome }()
+	h.exchange(ex, r, wh)
+}
+
+// exchange sends r to the upstream under UpstreamTimeout and relays the answer.
+func (h *Handler) exchange(ex *exchange, r *http.Request, wh *webhook) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.UpstreamTimeout)
+	defer cancel()
+	stop := context.AfterFunc(h.abandon, cancel)
+	defer stop()
+	start := time.Now()
+	defer func() { h.m.upstream.Observe(time.Since(start).Seconds()) }()
+	h.reverse.ServeHTTP(ex, r.WithContext(ctx))
+}
+
+func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *webhook, err error) {
+	wh.err = err
+	if h.cfg.ForwardOnStoreError {
+		h.log.Warn("store unavailable: forwarding unchecked", zap.Error(err))
+		h.forwardUnchecked(w, r, wh)
+		return
+	}
+	w.Header().Set("Retry-After", storeErrorRetryAfter)
+	h.answer(w, wh, http.StatusServiceUnavailable, outcomeStoreUnavailable, "dedup store unavailable, retry later")
+}
+
+// duplicate answers a duplicate of a completed event.
+func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record) {
+	if wh.body != nil && rec.Result.Fingerprint != ([32]byte{}) && rec.Result.Fingerprint != fingerprint(wh.body) {
+		h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()
+		h.log.Warn("duplicate event ID with a different body: answered as a duplicate",
+			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
+	}
+	if h.cfg.ReplayResponse && rec.Result.Status != 0 && (len(rec.Result.Body) > 0 || rec.Result.ContentType != "") {
+		w.Header().Set(HeaderOutcome, outcomeDuplicate)
+		if rec.Result.ContentType != "" {
+			w.Header().Set("Content-Type", rec.Result.ContentType)
+		}
+		w.WriteHeader(rec.Result.Status)
+		_, _ = w.Write(rec.Result.Body)
+		wh.status, wh.outcome = rec.Result.Status, outcomeDuplicate
+		return
+	}
+	h.answer(w, wh, http.StatusOK, outcomeDuplicate, "")
+}
+
+// inFlight answers a duplicate whose first copy is still with the upstream.
+func (h *Handler) inFlight(w http.ResponseWriter, wh *webhook, rec dedup.Record) {
+	status := h.cfg.InflightStatus
+	if wh.ext.InflightStatus != 0 {
+		status = wh.ext.InflightStatus
+	}
+	secs := int64((rec.TTL + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", itoa(max(secs, 1)))
+	h.answer(w, wh, status, outcomeInFlight, "the first delivery of this event is still being processed")
+}
+
+// seenBody answers a duplicate when the same body was already completed
+// (DEDUP_BODY_FINGERPRINT), and reports whether it did.
+func (h *Handler) seenBody(w http.ResponseWriter, r *http.Request, wh *webhook) bool {
+	start := time.Now()
+	rec, err := h.cfg.Store.Lookup(r.Context(), h.bodyKey(wh))
+	if errors.Is(err, dedup.ErrNotFound) {
+		h.m.observeStore(opLookup, start, nil)
+		return false
+	}
+	h.m.observeStore(opLookup, start, err)
+	if err != nil {
+		h.storeUnavailable(w, r, wh, err)
+		return true
+	}
+	if rec.State != dedup.Completed {
+		return false
+	}
+	if h.cfg.ShadowMode {
+		h.forward(w, r, wh, outcomeShadowDuplicate)
+		return true
+	}
+	h.duplicate(w, wh, rec)
+	return true
+}
+
+// rememberBody records the completed body's fingerprint under its own key.
+func (h *Handler) rememberBody(ctx context.Context, wh *webhook, res dedup.Result) {
+	key := h.bodyKey(wh)
+	start := time.Now()
+	claim, _, err := h.cfg.Store.Claim(ctx, key, h.cfg.LeaseTTL)
+	h.m.observeStore(opClaim, start, err)
+	if err != nil || claim.Token == "" {
+		return // already recorded by another delivery, or the store failed: the ID key still holds
+	}
+	start = time.Now()
+	err = h.cfg.Store.Complete(ctx, claim, res, wh.ext.TTL)
+	h.storeFinished(opComplete, start, wh, err)
+}
+
+// bodyKey is the key of a body fingerprint. '#' never occurs in a route path
+// or preset name, so it cannot collide with an event ID key.
+func (h *Handler) bodyKey(wh *webhook) string {
+	fp := fingerprint(wh.body)
+	return h.cfg.KeyPrefix + wh.ext.Namespace + "#sha256:" + hex.EncodeToString(fp[:])
+}
+
+func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
+	h.m.requests.WithLabelValues(wh.route.Path, wh.outcome).Inc()
+	level := zap.InfoLevel
+	if wh.outcome == outcomeInvalidSignature || wh.outcome == outcomeStoreUnavailable || wh.outcome == outcomeUpstreamError {
+		level = zap.WarnLevel
+	}
+	ce := h.log.Check(level, "webhook")
+	if ce == nil {
+		return
+	}
+	fields := []zap.Field{
+		zap.String("route", wh.route.Path),
+		zap.String("namespace", wh.ext.Namespace),
+		zap.String("event_id", wh.id),
+		zap.String("outcome", wh.outcome),
+		zap.Int("status", wh.status),
+		zap.Duration("duration", time.Since(wh.start)),
+	}
+	if tp := r.Header.Get("Traceparent"); tp != "" {
+		fields = append(fields, zap.String("traceparent", tp))
+	}
+	if wh.err != nil {
+		fields = append(fields, zap.String("reason", wh.err.Error()))
+	}
+	ce.Write(fields...)
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/webhook-dedup/webhook-dedup/admin"
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/providers"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
+)
+
+// store is what serving needs of a dedup store: the proxy's and the admin
+// port's methods, and Close.
+type store interface {
+	proxy.Store
+	admin.Store
+	Close() error
+}
+
+// serve runs the proxy and the admin port until ctx is cancelled (SIGTERM),
+// then drains as SPEC.md's "Shutdown" says.
+func serve(ctx context.Context, environ map[string]string, stderr io.Writer) error {
+	cfg, err := config.Load(environ)
+	if err != nil {
+		return usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return usageError(err)
+	}
+	defer func() { _ = log.Sync() }()
+
+	routes, err := buildRoutes(cfg, log)
+	if err != nil {
+		return usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	st, err := openStore(cfg, log)
+	if err != nil {
+		return usageError(err)
+	}
+	defer st.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	handler := proxy.New(proxy.Config{
+		Upstream:            cfg.Upstream,
+		Routes:              routes,
+		Store:               st,
+		KeyPrefix:           cfg.KeyPrefix,
+		UpstreamTimeout:     cfg.UpstreamTimeout,
+		LeaseTTL:            cfg.LeaseTTL,
+		MaxBodyBytes:        cfg.MaxBodyBytes,
+		ForwardOnStoreError: cfg.OnStoreError == "forward",
+		RejectMissingID:     cfg.OnMissingID == "reject",
+		BodyFingerprint:     cfg.DedupBodyFingerprint,
+		ReplayResponse:      cfg.ReplayResponse,
+		ReplayMaxBytes:      cfg.ReplayMaxBytes,
+		InflightWait:        cfg.InflightWait,
+		InflightStatus:      cfg.InflightStatus,
+		ShadowMode:          cfg.ShadowMode,
+		Logger:              log,
+		Metrics:             proxy.NewMetrics(reg),
+	})
+	adm := admin.New(admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")})
+
+	// Requests are tracked so that, when draining runs out of time, the
+	// handlers still running get to release their claims before exit.
+	var active sync.WaitGroup
+	tracked := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		active.Add(1)
+		defer active.Done()
+		handler.ServeHTTP(w, r)
+	})
+	// A bound on writing the answer: the upstream's time, any in-flight
+	// wait and the body read, with room to spare.
+	writeTimeout := cfg.UpstreamTimeout + cfg.InflightWait + cfg.ReadTimeout + 10*time.Second
+	public := &http.Server{
+		Handler:           tracked,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+	private := &http.Server{
+		Handler:           adm,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
+		ErrorLog:          zap.NewStdLog(log.Named("admin-http")),
+	}
+	publicLn, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("LISTEN_ADDR: %w", err)
+	}
+	privateLn, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		publicLn.Close()
+		return fmt.Errorf("ADMIN_ADDR: %w", err)
+	}
+	log.Info("serving",
+		zap.String("listen", publicLn.Addr().String()), zap.String("admin", privateLn.Addr().String()),
+		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("version", version))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveUntilClosed(public, publicLn) })
+	g.Go(func() error { return serveUntilClosed(private, privateLn) })
+	g.Go(func() error {
+		<-gctx.Done()
+		if ctx.Err() == nil {
+			return nil // a server failed; errgroup reports it
+		}
+		log.Info("shutting down", zap.Duration("delay", cfg.ShutdownDelay), zap.Duration("timeout", cfg.ShutdownTimeout))
+		adm.Drain()
+		if cfg.ShutdownDelay > 0 {
+			// Keep serving while the endpoint is removed from load balancers.
+			t := time.NewTimer(cfg.ShutdownDelay)
+			<-t.C
+		}
+		drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := public.Shutdown(drainCtx); err != nil {
+			log.Warn("drain timed out: abandoning requests still in progress and releasing their claims", zap.Error(err))
+			handler.Abandon()
+			waitTimeout(&active, 10*time.Second)
+			public.Close()
+		}
+		closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
+		defer cancelClose()
+		_ = private.Shutdown(closeCtx)
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func serveUntilClosed(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+func newLogger(cfg *config.Config, w io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.TimeKey = "ts"
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if cfg.LogFormat == "console" {
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core), nil
+}
+
+// buildRoutes parses every route's source and warns about secrets that no
+// route can use.
+func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
+	var routes []proxy.Route
+	var errs []error
+	used := map[string]bool{}
+	for _, spec := range cfg.RouteSpecs {
+		src, err := providers.ParseSource(spec.Path, spec.Source, cfg.ProviderOptions())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ROUTES: %s=%s: %w", spec.Path, spec.Source, err))
+			continue
+		}
+		for _, name := range src.PresetNames() {
+			used[name] = true
+		}
+		routes = append(routes, proxy.Route{Path: spec.Path, Source: src})
+	}
+	for _, p := range providers.Presets() {
+		if len(cfg.Secrets[p.Name]) > 0 && !used[p.Name] {
+			log.Warn("a secret is set for a preset that no route uses", zap.String("variable", p.SecretVar))
+		}
+	}
+	return routes, errors.Join(errs...)
+}
+
+func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
+	if cfg.RedisURL == "" {
+		log.Warn("REDIS_URL is empty: using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		return dedup.NewMemory(), nil
+	}
+	st, err := dedup.OpenRedis(dedup.RedisConfig{URL: cfg.RedisURL})
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	return st, nil
+}
