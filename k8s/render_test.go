@@ -65,7 +65,7 @@ func renderer(t *testing.T) []string {
 	}
 	out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
 	if err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n") // GOBIN's line may be empty
 		var dirs []string
 		if len(lines) == 2 {
 			dirs = append(dirs, lines[0])
