@@ -3,8 +3,10 @@ package signature
 import (
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,4 +102,30 @@ func TestTwilioURLs(t *testing.T) {
 		v := mustNew(t, Twilio, Options{Secrets: []string{token}, URL: "https://example.com/sms"})
 		wantErr(t, v.Verify(header("Content-Type", form, "X-Twilio-Signature", "RSOYDt4T1cUTdK1PDd93/VVr8B8="), []byte("a=%zz"), testNow), ErrMalformed)
 	})
+}
+
+func TestDecodeAcceptsOnlyCanonicalBase64(t *testing.T) {
+	// Regression (found by FuzzBase64Body): 44 characters without padding
+	// decode to 33 bytes, and once made Decode write past a 32-byte buffer.
+	for _, size := range []int{sha1.Size, sha256.Size} {
+		var out [maxMACSize]byte
+		if _, ok := base64MAC.decode(&out, strings.Repeat("0", base64.StdEncoding.EncodedLen(size)), size); ok {
+			t.Errorf("size %d: unpadded value accepted", size)
+		}
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for _, size := range []int{sha1.Size, sha256.Size} {
+		canonical := base64.StdEncoding.EncodeToString(make([]byte, size))
+		pad := strings.Count(canonical, "=")
+		last := len(canonical) - pad - 1
+		for _, c := range alphabet {
+			s := canonical[:last] + string(c) + canonical[last+1:]
+			var out [maxMACSize]byte
+			_, ok := base64MAC.decode(&out, s, size)
+			raw, _ := base64.StdEncoding.DecodeString(s)
+			if want := base64.StdEncoding.EncodeToString(raw) == s; ok != want {
+				t.Errorf("size %d, %q: ok = %v, want %v", size, s, ok, want)
+			}
+		}
+	}
 }
