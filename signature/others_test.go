@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,6 +126,39 @@ func TestDecodeAcceptsOnlyCanonicalBase64(t *testing.T) {
 			raw, _ := base64.StdEncoding.DecodeString(s)
 			if want := base64.StdEncoding.EncodeToString(raw) == s; ok != want {
 				t.Errorf("size %d, %q: ok = %v, want %v", size, s, ok, want)
+			}
+		}
+	}
+}
+
+// TestConcurrentVerify shares each verifier between goroutines, as the
+// proxy does, so that -race checks the pooled HMAC states.
+func TestConcurrentVerify(t *testing.T) {
+	body := []byte(`{"id":"evt_concurrent"}`)
+	for _, s := range schemes() {
+		v := mustNew(t, s.new, Options{Secrets: s.secrets[:1], URL: s.url})
+		good, goodBody := s.sign(t, s.secrets[0], testNow, body)
+		// Signed with the other test secret, which v lacks.
+		bad, badBody := s.sign(t, s.secrets[1], testNow, body)
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				for range 50 {
+					if err := v.Verify(good, goodBody, testNow); err != nil {
+						errs <- err
+						return
+					}
+					if err := v.Verify(bad, badBody, testNow); err == nil {
+						errs <- errors.New("forged request accepted")
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s: %v", s.name, err)
 			}
 		}
 	}
