@@ -101,8 +101,8 @@ const (
 	base64MAC
 )
 
-// strictBase64 rejects non-canonical trailing bits, so each MAC has exactly
-// one accepted spelling (senders always write the canonical one).
+// strictBase64 rejects non-zero trailing bits; with decode's exact-length
+// check, each MAC has one accepted spelling (the one senders write).
 var strictBase64 = base64.StdEncoding.Strict()
 
 // decode decodes s, which must encode exactly size bytes, into out. ok is
