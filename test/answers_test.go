@@ -79,7 +79,7 @@ func TestDuplicateAfterCompletion(t *testing.T) {
 	srv := redistest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL()}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	for _, p := range allProviders {
 		for _, n := range []int{1, 3} { // 3: a numeric ID on the JSON route
@@ -135,7 +135,7 @@ func TestDuplicateInFlight(t *testing.T) {
 				env["REDIS_URL"] = redistest.New(t).URL()
 			}
 			px := startProxy(t, env)
-			ctx, client := testContext(t), newClient()
+			ctx, client := testContext(t), newClient(t)
 
 			for _, p := range []provider{stripe, acme} {
 				ev := p.Event(7)
@@ -179,7 +179,7 @@ func TestUpstreamErrorRelayedThenRetried(t *testing.T) {
 	app := newUpstream(t)
 	app.FailWhen(func(_ string, attempt int) bool { return attempt == 1 })
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	for _, p := range allProviders {
 		ev := p.Event(11)
@@ -214,7 +214,7 @@ func TestMissingID(t *testing.T) {
 		t.Parallel()
 		app := newUpstream(t)
 		px := startProxy(t, proxyEnv(app, nil))
-		ctx, client := testContext(t), newClient()
+		ctx, client := testContext(t), newClient(t)
 		for _, tc := range noID {
 			before := app.Total()
 			for range 2 {
@@ -230,7 +230,7 @@ func TestMissingID(t *testing.T) {
 		t.Parallel()
 		app := newUpstream(t)
 		px := startProxy(t, proxyEnv(app, map[string]string{"ON_MISSING_ID": "reject"}))
-		ctx, client := testContext(t), newClient()
+		ctx, client := testContext(t), newClient(t)
 		for _, tc := range noID {
 			expect(t, tc.name, mustSend(t, ctx, client, px, tc.p, tc.ev), 400, "missing-id")
 		}
@@ -246,7 +246,7 @@ func TestInvalidID(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	long := acme.Event(1)
 	long.ID = strings.Repeat("a", 513)
@@ -267,7 +267,7 @@ func TestNamespacesSeparateRoutes(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	const id = "shared-id-1"
 	onAcme := acme.Event(1)
@@ -285,7 +285,7 @@ func TestBodyLimits(t *testing.T) {
 	const limit = 2048
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"MAX_BODY_BYTES": fmt.Sprint(limit)}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	atLimit := jsonOfSize("obj_at_limit", limit)
 	expect(t, "JSON body of exactly MAX_BODY_BYTES", mustSend(t, ctx, client, px, jsonPath, atLimit), 200, "forwarded")
@@ -352,7 +352,7 @@ func TestAppAnswersBeforeReadingBody(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	for n := range 40 {
 		ev := acme.Event(n)
@@ -389,7 +389,7 @@ func TestPassThrough(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	for _, tc := range []struct {
@@ -433,7 +433,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 	t.Parallel()
 	addr := loopbackAddr(t)
 	px := startProxy(t, map[string]string{"UPSTREAM_URL": "http://" + addr, "ROUTES": routes(allProviders...)})
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := acme.Event(1)
 	down := mustSend(t, ctx, client, px, acme, ev)
@@ -458,7 +458,7 @@ func TestUpstreamTimeout(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"UPSTREAM_TIMEOUT": "1s"}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	k := key(stripe, ev.ID)

@@ -3,6 +3,10 @@ package test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,7 +75,7 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 	}
 
 	s := &sender{
-		client:      newClient(),
+		client:      newClient(t),
 		addr:        px.Addr,
 		maxAttempts: 40,
 		backoff: func(n int) time.Duration {
@@ -153,9 +157,59 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 		t.Errorf("the run exercised no duplicates (%d) or no app failures (%d): it proves nothing", tl.outcomes["duplicate"], app.Failures())
 	}
 
+	// The proxy's own count of its answers agrees with the senders'.
+	counted, err := requestsByOutcome(px)
+	if err != nil {
+		t.Errorf("metrics: %v", err)
+	}
+	for outcome, n := range tl.outcomes {
+		if counted[outcome] != n {
+			t.Errorf("webhook_dedup_requests_total{outcome=%q} is %d; the senders got %d such answers", outcome, counted[outcome], n)
+		}
+	}
+
 	perEvent := float64(total) / float64(runEvents)
 	summary := fmt.Sprintf("e2e exactly-once [%s]: events=%d deliveries=%d requests=%d duplicates-absorbed=%d in-flight=%d upstream-500s=%d effects-per-event=%.2f in %s",
 		store, runEvents, copies, tl.requests, tl.outcomes["duplicate"], tl.outcomes["in-flight"], app.Failures(), perEvent, elapsed.Round(time.Millisecond))
 	t.Logf("%s; answers by X-Webhook-Dedup %v, by status %v, connection errors %d", summary, tl.outcomes, tl.statuses, tl.errors)
 	fmt.Println(summary)
+}
+
+// requestsByOutcome sums webhook_dedup_requests_total by its outcome label,
+// from the admin port's /metrics.
+func requestsByOutcome(px *proxy) (map[string]int, error) {
+	resp, err := http.Get("http://" + px.Admin + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %d", resp.StatusCode)
+	}
+	counts := map[string]int{}
+	found := false
+	for _, line := range strings.Split(string(body), "\n") {
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "webhook_dedup_requests_total{"), "} ")
+		if !ok || !strings.HasPrefix(line, "webhook_dedup_requests_total{") {
+			continue
+		}
+		found = true
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		for _, label := range strings.Split(labels, ",") {
+			if v, ok := strings.CutPrefix(label, "outcome="); ok {
+				counts[strings.Trim(v, `"`)] += int(n)
+			}
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("no webhook_dedup_requests_total in /metrics")
+	}
+	return counts, nil
 }

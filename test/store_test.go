@@ -23,7 +23,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	srv := redistest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL()}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
 		t.Fatalf("readyz with Redis up: %v", err)
 	}
@@ -65,7 +65,7 @@ func TestStoreErrorForward(t *testing.T) {
 	srv := redistest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL(), "ON_STORE_ERROR": "forward"}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 	expect(t, "delivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "forwarded")
 	expect(t, "redelivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "duplicate")
 
@@ -104,7 +104,7 @@ func TestProxyKilledMidRequest(t *testing.T) {
 	doomed := startProxy(t, env)
 	// The survivor runs before the crash, so the whole lease is left to observe.
 	survivor := startProxy(t, env)
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	k := key(stripe, ev.ID)
@@ -171,7 +171,7 @@ func TestRedisKeys(t *testing.T) {
 		"UPSTREAM_TIMEOUT": "5s",
 		"LEASE_TTL":        "20s",
 	}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ttl := func(k string) time.Duration {
 		t.Helper()
