@@ -48,13 +48,16 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 
 	srv.Start()
 	ev := acme.Event(2)
-	expect(t, "first delivery after Redis is back", mustSend(t, ctx, client, px, acme, ev), 200, "forwarded")
+	first := mustSend(t, ctx, client, px, acme, ev)
+	expect(t, "first delivery after Redis is back (SPEC: the proxy resumes with the first request after the store is back)", first, 200, "forwarded")
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
 		t.Errorf("readyz after Redis is back: %v", err)
 	}
-	expect(t, "redelivery after Redis is back", mustSend(t, ctx, client, px, acme, ev), 200, "duplicate")
-	if n := app.Effects(key(acme, ev.ID)); n != 1 {
-		t.Errorf("took effect %d times, want 1", n)
+	if first.Dedup() == "forwarded" {
+		expect(t, "redelivery after Redis is back", mustSend(t, ctx, client, px, acme, ev), 200, "duplicate")
+		if n := app.Effects(key(acme, ev.ID)); n != 1 {
+			t.Errorf("took effect %d times, want 1", n)
+		}
 	}
 }
 
