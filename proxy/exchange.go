@@ -113,16 +113,37 @@ func (b *bufferPool) put(buf *bytes.Buffer) {
 	b.p.Put(buf)
 }
 
-// hashingBody fingerprints a body as it streams to the upstream.
+// hashingBody fingerprints a body as it streams to the upstream. The
+// transport's write loop may still be reading it (its last Read, which
+// returns io.EOF) when the upstream's answer arrives and settle asks for
+// the sum, so the hash is guarded.
 type hashingBody struct {
 	io.ReadCloser
-	h hash.Hash
+	mu sync.Mutex
+	h  hash.Hash
+	// whole reports whether the body was read to its end. If false, the
+	// hash covers only a prefix of it.
+	whole bool
 }
 
 func (b *hashingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
 	b.h.Write(p[:n])
+	b.whole = b.whole || err == io.EOF
+	b.mu.Unlock()
 	return n, err
+}
+
+// sum returns the body's fingerprint, or the zero fingerprint (unknown)
+// when the upstream answered before the body was read to its end.
+func (b *hashingBody) sum() (fp [32]byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.whole {
+		b.h.Sum(fp[:0])
+	}
+	return fp
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
