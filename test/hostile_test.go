@@ -112,6 +112,33 @@ func TestHostileInputs(t *testing.T) {
 	}
 	hostileLine(t, "raw control character U+0001 in an ID header", a.short())
 
+	// Request smuggling shapes: net/http refuses ambiguous framing, and
+	// when Transfer-Encoding: chunked comes with a Content-Length it uses
+	// the chunked body and drops the Content-Length, so the app gets the
+	// signed body whole.
+	ev := acme.Event(7)
+	head := strings.TrimSuffix(signedHead(t, ctx, px, acme, ev, len(ev.Body)), "\r\n")
+	for _, tc := range []struct {
+		input, data string
+		status      int
+		outcome     string
+	}{
+		{"two different Content-Length headers", head + "Content-Length: 3\r\n\r\n" + string(ev.Body), 400, ""},
+		{"Transfer-Encoding: gzip", head + "Transfer-Encoding: gzip\r\n\r\n" + string(ev.Body), 501, ""},
+		{"Transfer-Encoding: chunked and a wrong Content-Length", strings.Replace(head, fmt.Sprintf("Content-Length: %d", len(ev.Body)), "Content-Length: 5", 1) +
+			"Transfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(ev.Body), ev.Body), 200, "forwarded"},
+	} {
+		a, err := rawExchange(px.Addr, tc.data)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.input, err)
+		}
+		hostileLine(t, tc.input, a.short())
+		expect(t, tc.input, a, tc.status, tc.outcome)
+	}
+	if n := app.Effects(key(acme, ev.ID)); n != 1 {
+		t.Errorf("the chunked delivery took effect %d times, want once", n)
+	}
+
 	t.Run("thousands of headers", func(t *testing.T) {
 		flood := func(n int, ev event) *http.Request {
 			req, err := acme.request(ctx, px.Addr, ev)
