@@ -123,6 +123,7 @@ type hashingBody struct {
 	h    hash.Hash
 	left int64 // bytes still to come when the length is known, else -1
 	done bool  // the body was read to its end
+	err  error // the sender's body broke off (hung up, too slow)
 }
 
 func newHashingBody(body io.ReadCloser, length int64) *hashingBody {
@@ -138,9 +139,18 @@ func (b *hashingBody) Read(p []byte) (int, error) {
 	}
 	if err == io.EOF || b.left == 0 {
 		b.done = true
+	} else if err != nil {
+		b.err = err
 	}
 	b.mu.Unlock()
 	return n, err
+}
+
+// readError is the error that broke off the sender's body, if any.
+func (b *hashingBody) readError() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // sum returns the fingerprint of the whole body, or false when the upstream
