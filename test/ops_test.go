@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -639,4 +640,78 @@ func TestOpsLogsStayJSONDuringRedisOutage(t *testing.T) {
 	}
 	px.awaitLog(t, `"outcome":"store-unavailable"`, 1)
 	checkLogs(t, px.Logs())
+}
+
+// TestOpsForgetWithBodyFingerprint: with DEDUP_BODY_FINGERPRINT the proxy
+// also remembers each completed body; forgetting the event through the
+// admin API forgets that too, so the redelivery (same body) is forwarded.
+func TestOpsForgetWithBodyFingerprint(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	app := newUpstream(t)
+	px := startProxy(t, proxyEnv(app, map[string]string{
+		"REDIS_URL": srv.URL(), "ADMIN_TOKEN": adminToken, "DEDUP_BODY_FINGERPRINT": "true",
+	}))
+	ctx, client := testContext(t), newClient()
+
+	ev := stripe.Event(1)
+	expect(t, "first delivery", mustSend(t, ctx, client, px, stripe, ev), 200, "forwarded")
+	expect(t, "redelivery", settledSend(t, ctx, client, px, stripe, ev), 200, "duplicate")
+	if a := px.adminDo(t, http.MethodDelete, "/v1/events/stripe/"+ev.ID, adminToken); a.Status != http.StatusNoContent {
+		t.Fatalf("DELETE: %s, want 204", a)
+	}
+	if keys := redisKeys(srv.Addr); strings.Contains(keys, "stripe") {
+		t.Errorf("records of the forgotten event are left in Redis: %q", keys)
+	}
+	expect(t, "redelivery after forget", mustSend(t, ctx, client, px, stripe, ev), 200, "forwarded")
+	if n := app.Attempts(key(stripe, ev.ID)); n != 2 {
+		t.Errorf("the app saw %d deliveries, want 2", n)
+	}
+}
+
+// TestOpsForgetInFlight: forgetting an event while its first delivery is
+// at the app frees the ID at once; the first delivery's completion is then
+// refused (counted as a lost lease, logged) rather than overwriting what
+// happened since, and the next delivery is forwarded. This is why the
+// runbook says to forget an in-flight event only when its proxy is gone.
+func TestOpsForgetInFlight(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	app := newUpstream(t)
+	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL(), "ADMIN_TOKEN": adminToken}))
+	ctx, client := testContext(t), newClient()
+
+	ev := acme.Event(1)
+	path := "/v1/events/" + url.PathEscape(acme.Path) + "/" + ev.ID
+	release := app.Hold()
+	t.Cleanup(release)
+	first := sendAsync(ctx, client, px, acme, ev)
+	app.awaitEntered(t, key(acme, ev.ID))
+	if a := px.adminDo(t, http.MethodDelete, path, adminToken); a.Status != http.StatusNoContent {
+		t.Fatalf("DELETE an in-flight event: %s, want 204", a)
+	}
+	release()
+	expect(t, "the first delivery", receive(t, "first", first), 200, "forwarded")
+	px.awaitMetric(t, "webhook_dedup_leases_lost_total", nil, 1)
+	px.awaitLog(t, "lease expired before complete", 1)
+	if a := px.adminDo(t, http.MethodGet, path, adminToken); a.Status != http.StatusNotFound {
+		t.Errorf("GET after the refused completion: %s, want 404", a)
+	}
+	expect(t, "next delivery", mustSend(t, ctx, client, px, acme, ev), 200, "forwarded")
+}
+
+// TestOpsSIGINT: SIGINT (Ctrl-C) stops the process as SIGTERM does, exit 0.
+func TestOpsSIGINT(t *testing.T) {
+	t.Parallel()
+	app := newUpstream(t)
+	px := startProxy(t, proxyEnv(app, nil))
+	if err := px.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := px.waitExit(exitDeadline); code != 0 {
+		t.Errorf("exit status after SIGINT: %d, want 0", code)
+	}
+	if !strings.Contains(px.Logs(), `"msg":"stopped"`) {
+		t.Errorf("the process did not log that it stopped")
+	}
 }
