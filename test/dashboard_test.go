@@ -192,7 +192,7 @@ func TestDashboardQueriesNameExportedMetrics(t *testing.T) {
 	srv := redistest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL()}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 	ev := stripe.Event(1)
 	expect(t, "first delivery", mustSend(t, ctx, client, px, stripe, ev), 200, "forwarded")
 	changed := ev
