@@ -188,6 +188,12 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		ex.upstreamErr = err
 		ex.outcome = outcomeUpstreamError
 	}
+	// Release before answering, so a retry sent the moment the sender has
+	// its 502/504 is forwarded rather than found in flight.
+	if c, _ := r.Context().Value(claimedKey{}).(*claimed); c != nil && !c.settled {
+		c.settled = true
+		h.release(r.Context(), c)
+	}
 	if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 		// The sender went away; there is nobody to answer.
 		h.log.Debug("upstream request cancelled", zap.Error(err))

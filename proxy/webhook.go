@@ -3,10 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"hash"
 	"io"
 	"net/http"
 	"time"
@@ -199,7 +197,7 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 type claimed struct {
 	wh      *webhook
 	claim   dedup.Claim
-	hasher  hash.Hash // fingerprints a streamed body; nil when buffered
+	hasher  *hashingBody // fingerprints a streamed body; nil when buffered
 	settled bool
 }
 
@@ -215,8 +213,8 @@ func (h *Handler) forwardClaimed(w http.ResponseWriter, r *http.Request, wh *web
 	c := &claimed{wh: wh, claim: claim}
 	if wh.body == nil && r.Body != nil && r.Body != http.NoBody {
 		// Stream the body to the upstream, fingerprinting it on the way.
-		c.hasher = sha256.New()
-		r.Body = &hashingBody{ReadCloser: r.Body, h: c.hasher}
+		c.hasher = newHashingBody(r.Body, r.ContentLength)
+		r.Body = c.hasher
 	}
 	ex := newExchange(w, outcomeForwarded)
 	defer func() {
@@ -250,7 +248,7 @@ func (h *Handler) settle(resp *http.Response) error {
 	case c.wh.body != nil:
 		res.Fingerprint = fingerprint(c.wh.body)
 	case c.hasher != nil:
-		c.hasher.Sum(res.Fingerprint[:0])
+		res.Fingerprint, _ = c.hasher.sum() // zero (unknown) if the app answered before reading it all
 	}
 	if h.cfg.ReplayResponse {
 		kept, err := io.ReadAll(io.LimitReader(resp.Body, int64(h.cfg.ReplayMaxBytes)+1))
