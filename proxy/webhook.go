@@ -37,6 +37,10 @@ type webhook struct {
 	status  int
 	body    []byte // nil when the body streams
 	err     error
+	// upstream is the time the exchange with the upstream took, of which
+	// settling is the proxy's own (completing the claim); zero when the
+	// request was not forwarded.
+	upstream, settling time.Duration
 }
 
 func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
@@ -117,6 +121,9 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 			return
 		}
 		if h.cfg.ShadowMode {
+			if rec.State == dedup.Completed {
+				h.checkPayload(wh, rec)
+			}
 			h.forward(w, r, wh, outcomeShadowDuplicate)
 			return
 		}
@@ -158,6 +165,7 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 		start := time.Now()
 		rec, err := h.cfg.Store.Lookup(ctx, key)
 		if errors.Is(err, dedup.ErrNotFound) {
+			h.m.observeStore(opLookup, start, nil)
 			return dedup.Record{State: dedup.Absent}, nil
 		}
 		h.m.observeStore(opLookup, start, err)
@@ -230,6 +238,7 @@ func (h *Handler) settle(resp *http.Response) error {
 		return nil // not a claimed webhook
 	}
 	c.settled = true
+	defer func(start time.Time) { c.wh.settling = time.Since(start) }(time.Now())
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		h.release(resp.Request.Context(), c)
 		return nil
@@ -312,7 +321,10 @@ func (h *Handler) exchange(ex *exchange, r *http.Request, wh *webhook) {
 	stop := context.AfterFunc(h.abandon, cancel)
 	defer stop()
 	start := time.Now()
-	defer func() { h.m.upstream.Observe(time.Since(start).Seconds()) }()
+	defer func() {
+		wh.upstream = time.Since(start)
+		h.m.upstream.Observe(wh.upstream.Seconds())
+	}()
 	h.reverse.ServeHTTP(ex, r.WithContext(ctx))
 }
 
@@ -329,11 +341,7 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *w
 
 // duplicate answers a duplicate of a completed event.
 func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record) {
-	if wh.body != nil && rec.Result.Fingerprint != ([32]byte{}) && rec.Result.Fingerprint != fingerprint(wh.body) {
-		h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()
-		h.log.Warn("duplicate event ID with a different body: answered as a duplicate",
-			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
-	}
+	h.checkPayload(wh, rec)
 	if h.cfg.ReplayResponse && rec.Result.Status != 0 && (len(rec.Result.Body) > 0 || rec.Result.ContentType != "") {
 		w.Header().Set(HeaderOutcome, outcomeDuplicate)
 		if rec.Result.ContentType != "" {
@@ -345,6 +353,16 @@ func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record
 		return
 	}
 	h.answer(w, wh, http.StatusOK, outcomeDuplicate, "")
+}
+
+// checkPayload logs and counts a duplicate of a completed event whose body
+// differs from the original's (in shadow mode too, where it is forwarded).
+func (h *Handler) checkPayload(wh *webhook, rec dedup.Record) {
+	if wh.body != nil && rec.Result.Fingerprint != ([32]byte{}) && rec.Result.Fingerprint != fingerprint(wh.body) {
+		h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()
+		h.log.Warn("duplicate event ID with a different body: treated as a duplicate",
+			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
+	}
 }
 
 // inFlight answers a duplicate whose first copy is still with the upstream.
@@ -406,6 +424,9 @@ func (h *Handler) bodyKey(wh *webhook) string {
 
 func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 	h.m.requests.WithLabelValues(wh.route.Path, wh.outcome).Inc()
+	if wh.upstream > 0 {
+		h.m.added.Observe(max(time.Since(wh.start)-wh.upstream+wh.settling, 0).Seconds())
+	}
 	level := zap.InfoLevel
 	if wh.outcome == outcomeInvalidSignature || wh.outcome == outcomeStoreUnavailable || wh.outcome == outcomeUpstreamError {
 		level = zap.WarnLevel
@@ -418,6 +439,7 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 		zap.String("route", wh.route.Path),
 		zap.String("namespace", wh.ext.Namespace),
 		zap.String("event_id", wh.id),
+		zap.String("request_id", requestID(r, wh)),
 		zap.String("outcome", wh.outcome),
 		zap.Int("status", wh.status),
 		zap.Duration("duration", time.Since(wh.start)),
@@ -429,4 +451,18 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 		fields = append(fields, zap.String("reason", wh.err.Error()))
 	}
 	ce.Write(fields...)
+}
+
+// maxRequestIDLen bounds what a sender's X-Request-Id puts in a log line.
+const maxRequestIDLen = 128
+
+// requestID names the request in the logs so that a line can be matched
+// with the app's: an X-Request-Id set by the sender or an ingress, else the
+// event ID, which for most presets is the provider's delivery ID
+// (X-GitHub-Delivery, X-Shopify-Webhook-Id, webhook-id).
+func requestID(r *http.Request, wh *webhook) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		return id[:min(len(id), maxRequestIDLen)]
+	}
+	return wh.id
 }
