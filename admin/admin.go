@@ -182,11 +182,9 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) key(namespace, id string) string { return EventKey(s.cfg.KeyPrefix, namespace, id) }
-
-// EventKey is the store key of an event: the prefix, the namespace, ":" and
-// the ID, as the proxy writes it.
-func EventKey(prefix, namespace, id string) string { return prefix + namespace + ":" + id }
+func (s *Server) key(namespace, id string) string {
+	return dedup.EventKey(s.cfg.KeyPrefix, namespace, id)
+}
 
 // Forgetter is what Forget needs of a store.
 type Forgetter interface {
@@ -199,7 +197,7 @@ type Forgetter interface {
 // also keeps the completed body's fingerprint under a key of its own, which
 // would answer the redelivery as a duplicate; that record goes too.
 func Forget(ctx context.Context, st Forgetter, prefix, namespace, id string) (bool, error) {
-	key := EventKey(prefix, namespace, id)
+	key := dedup.EventKey(prefix, namespace, id)
 	rec, err := st.Lookup(ctx, key)
 	if err != nil && !errors.Is(err, dedup.ErrNotFound) {
 		return false, err
@@ -209,8 +207,7 @@ func Forget(ctx context.Context, st Forgetter, prefix, namespace, id string) (bo
 		return false, err
 	}
 	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && fp != ([32]byte{}) {
-		// The key format of proxy's bodyKey.
-		if _, err := st.Forget(ctx, prefix+namespace+"#sha256:"+hex.EncodeToString(fp[:])); err != nil {
+		if _, err := st.Forget(ctx, dedup.BodyKey(prefix, namespace, fp)); err != nil {
 			return existed, err
 		}
 	}

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -93,7 +92,7 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 		return
 	}
 	wh.id = id
-	wh.key = h.cfg.KeyPrefix + ext.Namespace + ":" + id
+	wh.key = dedup.EventKey(h.cfg.KeyPrefix, ext.Namespace, id)
 
 	if h.cfg.BodyFingerprint && h.seenBody(w, r, wh) {
 		return
@@ -419,7 +418,7 @@ func (h *Handler) rememberBody(ctx context.Context, wh *webhook, res dedup.Resul
 // or preset name, so it cannot collide with an event ID key.
 func (h *Handler) bodyKey(wh *webhook) string {
 	fp := fingerprint(wh.body)
-	return h.cfg.KeyPrefix + wh.ext.Namespace + "#sha256:" + hex.EncodeToString(fp[:])
+	return dedup.BodyKey(h.cfg.KeyPrefix, wh.ext.Namespace, fp)
 }
 
 func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
