@@ -401,7 +401,8 @@ func (p *pod) checkAppOnLoopback(t *testing.T) {
 
 // checkShutdown: the grace period covers every preStop sleep, then the
 // sidecar's SHUTDOWN_DELAY and SHUTDOWN_TIMEOUT (a native sidecar stops
-// only after the app has exited, so the sum is what it may need).
+// only after the app has exited, so the sum is what it may need); the
+// drain lasts as long as one forwarded request may.
 func (p *pod) checkShutdown(t *testing.T) {
 	t.Helper()
 	var need time.Duration
@@ -414,6 +415,11 @@ func (p *pod) checkShutdown(t *testing.T) {
 	}
 	if d, _ := time.ParseDuration(p.setting("SHUTDOWN_DELAY")); d <= 0 {
 		t.Errorf("%s: SHUTDOWN_DELAY is 0: webhooks that arrive while the endpoint is being removed would be refused", p.name)
+	}
+	drain, _ := time.ParseDuration(p.setting("SHUTDOWN_TIMEOUT"))
+	if upstream, err := time.ParseDuration(p.setting("UPSTREAM_TIMEOUT")); err != nil || drain < upstream {
+		t.Errorf("%s: SHUTDOWN_TIMEOUT %s < UPSTREAM_TIMEOUT %q: a request still at the app when the drain ends is abandoned, and the app does its work twice",
+			p.name, drain, p.setting("UPSTREAM_TIMEOUT"))
 	}
 	for _, c := range slices.Concat(p.spec.InitContainers, p.spec.Containers) {
 		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
