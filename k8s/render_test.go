@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -53,18 +54,32 @@ const installHint = "install one: GOTOOLCHAIN=local go install sigs.k8s.io/kusto
 	"(Debian bookworm's kubernetes-client 1.20 embeds kustomize v2, too old for components)"
 
 // renderer returns the command that renders a kustomization directory given
-// as its last argument: `kubectl kustomize` if kubectl is installed, else
-// `kustomize build` from PATH or from where `go install` puts it.
+// as its last argument.
 func renderer(t *testing.T) []string {
 	t.Helper()
+	cmd, err := findRenderer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// findRenderer looks once for `kubectl kustomize`, used if kubectl embeds
+// kustomize v5, else for `kustomize build` on PATH or where `go install`
+// puts it.
+var findRenderer = sync.OnceValues(func() ([]string, error) {
+	oldKubectl := ""
 	if path, err := exec.LookPath("kubectl"); err == nil {
-		return []string{path, "kustomize"}
+		out, _ := exec.Command(path, "version", "--client").CombinedOutput()
+		if strings.Contains(string(out), "Kustomize Version: v5") {
+			return []string{path, "kustomize"}, nil
+		}
+		oldKubectl = fmt.Sprintf(" (%s embeds no kustomize v5: %q)", path, strings.TrimSpace(string(out)))
 	}
 	if path, err := exec.LookPath("kustomize"); err == nil {
-		return []string{path, "build"}
+		return []string{path, "build"}, nil
 	}
-	out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
-	if err == nil {
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
 		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n") // GOBIN's line may be empty
 		var dirs []string
 		if len(lines) == 2 {
@@ -76,13 +91,12 @@ func renderer(t *testing.T) []string {
 		for _, dir := range dirs {
 			path := filepath.Join(dir, "kustomize")
 			if dir != "" && isExecutable(path) {
-				return []string{path, "build"}
+				return []string{path, "build"}, nil
 			}
 		}
 	}
-	t.Fatalf("rendering kustomizations needs kubectl or kustomize, and neither was found; %s", installHint)
-	return nil
-}
+	return nil, fmt.Errorf("rendering kustomizations needs kubectl with kustomize v5 or kustomize, and neither was found%s; %s", oldKubectl, installHint)
+})
 
 func isExecutable(path string) bool {
 	info, err := os.Stat(path)
