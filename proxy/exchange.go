@@ -183,37 +183,54 @@ func (c *copyBufferPool) Put(b []byte) {
 }
 
 // hashingBody fingerprints a body as it streams to the upstream. The
-// transport reads it on its own goroutine, which may still be at it (a
-// last read for EOF) when the answer is settled: mu orders the two.
+// transport reads it on its own goroutine, possibly still after the answer
+// arrived, hence the lock.
 type hashingBody struct {
 	io.ReadCloser
-	mu  sync.Mutex
-	h   hash.Hash
-	eof bool // the body was read to its end
+	mu   sync.Mutex
+	h    hash.Hash
+	left int64 // bytes still to come when the length is known, else -1
+	done bool  // the body was read to its end
+	err  error // the sender's body broke off (hung up, too slow)
 }
 
-func newHashingBody(body io.ReadCloser) *hashingBody {
-	return &hashingBody{ReadCloser: body, h: sha256.New()}
+func newHashingBody(body io.ReadCloser, length int64) *hashingBody {
+	return &hashingBody{ReadCloser: body, h: sha256.New(), left: length}
 }
 
 func (b *hashingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.mu.Lock()
 	b.h.Write(p[:n])
-	b.eof = b.eof || err == io.EOF
+	if b.left >= 0 {
+		b.left -= int64(n)
+	}
+	if err == io.EOF || b.left == 0 {
+		b.done = true
+	} else if err != nil {
+		b.err = err
+	}
 	b.mu.Unlock()
 	return n, err
 }
 
-// sum writes the fingerprint of the whole body to fp. It leaves fp zero
-// (unknown) when the upstream answered before the body was read to its
-// end: the hash of a part would not be the body's.
-func (b *hashingBody) sum(fp *[32]byte) {
+// readError is the error that broke off the sender's body, if any.
+func (b *hashingBody) readError() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.eof {
-		b.h.Sum(fp[:0])
+	return b.err
+}
+
+// sum returns the fingerprint of the whole body, or false when the upstream
+// answered before the body was read to its end (the fingerprint is unknown).
+func (b *hashingBody) sum() (fp [32]byte, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.done {
+		return fp, false
 	}
+	b.h.Sum(fp[:0])
+	return fp, true
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
