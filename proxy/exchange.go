@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"go.uber.org/zap"
 )
 
 // exchange wraps the sender's ResponseWriter while the upstream's answer is
@@ -159,6 +161,31 @@ func (*replayBody) Close() error { return nil }
 // their own first: one more write here, and one more read for the upstream.
 func (b *replayBody) forUpstream() io.ReadCloser {
 	return io.NopCloser(&b.Reader)
+}
+
+// fieldPool recycles the fields of the per-webhook log line, about half a
+// kilobyte a request: zap encodes them before Write returns, and its cores
+// copy what they keep.
+type fieldPool struct{ p sync.Pool }
+
+// logLineFields is the most fields a webhook's log line has.
+const logLineFields = 9
+
+func (f *fieldPool) get() *[]zap.Field {
+	if s, ok := f.p.Get().(*[]zap.Field); ok {
+		return s
+	}
+	s := make([]zap.Field, 0, logLineFields)
+	return &s
+}
+
+func (f *fieldPool) put(s *[]zap.Field) {
+	if cap(*s) > logLineFields {
+		return
+	}
+	clear(*s) // drop the references to this request's strings
+	*s = (*s)[:0]
+	f.p.Put(s)
 }
 
 // copyBufferPool is the httputil.BufferPool that relays answers. Webhook

@@ -84,6 +84,7 @@ type Handler struct {
 	// copyBuffers relay the upstream's answers; without them
 	// ReverseProxy allocates 32 KiB per request.
 	copyBuffers copyBufferPool
+	logFields   fieldPool
 	// done is closed by Abandon to stop waits and upstream requests.
 	abandon context.Context
 	stop    context.CancelFunc

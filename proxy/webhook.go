@@ -459,7 +459,9 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 	if ce == nil {
 		return
 	}
-	fields := []zap.Field{
+	buf := h.logFields.get()
+	defer h.logFields.put(buf)
+	fields := append(*buf,
 		zap.String("route", wh.route.Path),
 		zap.String("namespace", wh.ext.Namespace),
 		zap.String("event_id", wh.id),
@@ -467,13 +469,14 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 		zap.String("outcome", wh.outcome),
 		zap.Int("status", wh.status),
 		zap.Duration("duration", time.Since(wh.start)),
-	}
+	)
 	if tp := r.Header.Get("Traceparent"); tp != "" {
 		fields = append(fields, zap.String("traceparent", tp))
 	}
 	if wh.err != nil {
 		fields = append(fields, zap.String("reason", wh.err.Error()))
 	}
+	*buf = fields
 	ce.Write(fields...)
 }
 
