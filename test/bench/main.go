@@ -57,6 +57,7 @@ type options struct {
 	conns      int
 	serverCPUs string // taskset list for every server; empty: no pinning
 	loadCPUs   string // taskset list for wrk; empty: no pinning
+	nice       int    // nice value of servers and wrk; 0: unchanged
 	only       string // run only configurations whose name contains this
 	bin        string // webhook-dedup binary; empty: built from the module
 	before     string // another webhook-dedup binary to compare with; empty: none
@@ -76,6 +77,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.conns, "c", 32, "connections of the throughput measurement")
 	fs.StringVar(&o.serverCPUs, "server-cpus", "0", "taskset CPU list for the servers (upstream, proxy, Redis); empty: no pinning")
 	fs.StringVar(&o.loadCPUs, "load-cpus", "1", "taskset CPU list for wrk; empty: no pinning")
+	defaultNice := 0
+	if os.Geteuid() == 0 {
+		defaultNice = -10
+	}
+	fs.IntVar(&o.nice, "nice", defaultNice, "nice value for the servers and wrk (negative needs root): a shared machine's other work then disturbs the measurement less; 0 leaves it")
 	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this (the baselines always run)")
 	fs.StringVar(&o.bin, "bin", "", "webhook-dedup binary to measure; empty: go build the module")
 	fs.StringVar(&o.before, "before", "", "another webhook-dedup binary (an older build) whose rows run interleaved with the others, named \"before, ...\"")
@@ -112,10 +118,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tools := map[string]string{}
 	for _, tool := range []string{"wrk", "nginx", "redis-server", "taskset"} {
-		if _, err := exec.LookPath(tool); err != nil {
+		path, err := exec.LookPath(tool)
+		if err != nil {
+			// Debian puts nginx in /usr/sbin, off most users' PATH.
+			if _, serr := os.Stat("/usr/sbin/" + tool); serr == nil {
+				path, err = "/usr/sbin/"+tool, nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("%s not found (%v): run test/bench/run.sh, or apt-get install -y wrk nginx redis-server util-linux", tool, err)
 		}
+		tools[tool] = path
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -146,9 +161,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		raw = f
 	}
 
-	b := &bench{opts: o, tmp: tmp, self: self, bin: bin, before: o.before, stderr: stderr}
+	b := &bench{opts: o, tmp: tmp, self: self, bin: bin, before: o.before, nginx: tools["nginx"], stderr: stderr}
 	configs := selectConfigs(o.only, o.before != "")
-	machine := describeMachine()
+	machine := describeMachine(tools["nginx"])
 	start := time.Now()
 	results := map[string][]result{}
 	for rep := range o.repeats {

@@ -28,13 +28,21 @@ type proc struct {
 	err  error         // the exit status, once done is closed
 }
 
-// startProc runs argv, pinned to cpus when cpus is not empty, with its
-// output appended to logPath.
-func startProc(name, cpus, logPath string, env []string, argv ...string) (*proc, error) {
+// placed prefixes argv with nice and taskset, when asked: both exec the
+// program, so the pid stays the program's own, and its threads inherit the
+// CPU list and the priority.
+func placed(cpus string, nice int, argv ...string) []string {
 	if cpus != "" {
-		// taskset execs the program: the pid stays the server's own.
 		argv = append([]string{"taskset", "-c", cpus}, argv...)
 	}
+	if nice != 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(nice)}, argv...)
+	}
+	return argv
+}
+
+// startProc runs argv with its output appended to logPath.
+func startProc(name, logPath string, env []string, argv ...string) (*proc, error) {
 	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ type machine struct {
 	elapsed            time.Duration
 }
 
-func describeMachine() machine {
+func describeMachine(nginx string) machine {
 	m := machine{cpu: "unknown CPU", cores: runtime.NumCPU(), loadBefore: loadAverage()}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		s := bufio.NewScanner(f)
@@ -38,7 +38,7 @@ func describeMachine() machine {
 		m.kernel = strings.TrimSpace(string(b))
 	}
 	var tools []string
-	for _, argv := range [][]string{{"wrk", "-v"}, {"nginx", "-v"}, {"redis-server", "--version"}} {
+	for _, argv := range [][]string{{"wrk", "-v"}, {nginx, "-v"}, {"redis-server", "--version"}} {
 		out, _ := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 		line, _, _ = strings.Cut(line, " Copyright")
@@ -137,8 +137,8 @@ func per10k(cpu time.Duration, requests int64) float64 {
 func report(w io.Writer, o options, m machine, configs []config, results map[string][]result) {
 	rows := summarise(configs, results)
 	fmt.Fprintf(w, "Machine: %d cores, %s, Linux %s; %s.\n", m.cores, m.cpu, m.kernel, m.tools)
-	fmt.Fprintf(w, "Method: servers (upstream, proxy, Redis) pinned to CPU %s, wrk to CPU %s; `wrk -t1 -c%d -d%s` after a %s warm-up, then `wrk -t1 -c1 -d%s`; %d repeat(s) in rotating order, fresh servers for every run. Load average %s before, %s after; %s in all.\n\n",
-		orNone(o.serverCPUs), orNone(o.loadCPUs), o.conns, durationArg(o.duration), durationArg(o.warmup), durationArg(o.latencyDur),
+	fmt.Fprintf(w, "Method: servers (upstream, proxy, Redis) pinned to CPU %s, wrk to CPU %s, at nice %d; `wrk -t1 -c%d -d%s` after a %s warm-up, then `wrk -t1 -c1 -d%s`; %d repeat(s) in rotating order, fresh servers for every run. Load average %s before, %s after; %s in all.\n\n",
+		orNone(o.serverCPUs), orNone(o.loadCPUs), o.nice, o.conns, durationArg(o.duration), durationArg(o.warmup), durationArg(o.latencyDur),
 		o.repeats, m.loadBefore, m.loadAfter, m.elapsed.Round(time.Second))
 
 	fmt.Fprintln(w, "| configuration | req/s median (min–max) | p50 | p99 | p99.9 | p50 @1 conn | added p50 @1 conn | proxy CPU s/10k req | Redis CPU s/10k req | peak RSS | × Go proxy | × nginx |")

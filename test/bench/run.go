@@ -127,6 +127,7 @@ type bench struct {
 	self   string // this executable: the upstream and the Go proxy
 	bin    string // webhook-dedup
 	before string // webhook-dedup to compare with; empty: none
+	nginx  string // the nginx executable
 	stderr io.Writer
 }
 
@@ -144,7 +145,7 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		}
 	}()
 	start := func(name string, env []string, argv ...string) (*proc, error) {
-		p, err := startProc(name, b.opts.serverCPUs, filepath.Join(dir, name+".log"), env, argv...)
+		p, err := startProc(name, filepath.Join(dir, name+".log"), env, placed(b.opts.serverCPUs, b.opts.nice, argv...)...)
 		if err == nil {
 			procs = append(procs, p)
 		}
@@ -192,7 +193,7 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		if err != nil {
 			return res, err
 		}
-		if target, err = start("nginx", baseEnv, "nginx", "-p", dir, "-e", filepath.Join(dir, "nginx-error.log"), "-c", conf, "-g", "daemon off;"); err != nil {
+		if target, err = start("nginx", baseEnv, b.nginx, "-p", dir, "-e", filepath.Join(dir, "nginx-error.log"), "-c", conf, "-g", "daemon off;"); err != nil {
 			return res, err
 		}
 		if err := waitHTTP(target, "http://"+addr+"/", http.StatusOK); err != nil {
@@ -251,7 +252,8 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		if err := ctx.Err(); err != nil {
 			return wrkResult{}, err
 		}
-		return runWrk(dir, b.opts.loadCPUs, url, conns, d, script(c.load, path, nonce(), dupID))
+		place := func(argv ...string) []string { return placed(b.opts.loadCPUs, b.opts.nice, argv...) }
+		return runWrk(dir, place, url, conns, d, script(c.load, path, nonce(), dupID))
 	}
 	if c.load == duplicateJSON {
 		// The first copy, alone: every copy wrk sends is then a duplicate

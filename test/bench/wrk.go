@@ -126,8 +126,9 @@ func (r wrkResult) rps() float64 {
 
 func (r wrkResult) errors() int64 { return r.Connect + r.Read + r.Write + r.Status + r.Timeout }
 
-// runWrk runs wrk with one thread and conns connections for d.
-func runWrk(dir, cpus, url string, conns int, d time.Duration, lua string) (wrkResult, error) {
+// runWrk runs wrk with one thread and conns connections for d, placed
+// with place.
+func runWrk(dir string, place func(...string) []string, url string, conns int, d time.Duration, lua string) (wrkResult, error) {
 	f, err := os.CreateTemp(dir, "load-*.lua")
 	if err != nil {
 		return wrkResult{}, err
@@ -138,10 +139,7 @@ func runWrk(dir, cpus, url string, conns int, d time.Duration, lua string) (wrkR
 		return wrkResult{}, err
 	}
 	f.Close()
-	argv := []string{"wrk", "-t1", "-c" + strconv.Itoa(conns), "-d" + durationArg(d), "--timeout", "5s", "-s", f.Name(), url}
-	if cpus != "" {
-		argv = append([]string{"taskset", "-c", cpus}, argv...)
-	}
+	argv := place("wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+durationArg(d), "--timeout", "5s", "-s", f.Name(), url)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
