@@ -62,6 +62,7 @@ type options struct {
 	bin        string // webhook-dedup binary; empty: built from the module
 	before     string // another webhook-dedup binary to compare with; empty: none
 	raw        string // file for one JSON line per run; empty: none
+	from       string // print the report of the runs in this -raw file, run nothing
 	keep       bool   // keep the temporary directory (logs, configs)
 }
 
@@ -86,6 +87,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.bin, "bin", "", "webhook-dedup binary to measure; empty: go build the module")
 	fs.StringVar(&o.before, "before", "", "another webhook-dedup binary (an older build) whose rows run interleaved with the others, named \"before, ...\"")
 	fs.StringVar(&o.raw, "raw", "", "append one JSON line per run to this file")
+	fs.StringVar(&o.from, "from", "", "print the report of the runs recorded in this -raw file, and run nothing")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the servers' logs and configs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -117,6 +119,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseOptions(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.from != "" {
+		return reportFrom(o, stdout)
 	}
 	tools := map[string]string{}
 	for _, tool := range []string{"wrk", "nginx", "redis-server", "taskset"} {
@@ -193,6 +198,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	machine.loadAfter = loadAverage()
 	machine.elapsed = time.Since(start)
 	report(stdout, o, machine, configs, results)
+	return nil
+}
+
+// reportFrom prints the report of the runs recorded by -raw. The machine
+// line describes this machine, and the load average is not known.
+func reportFrom(o options, stdout io.Writer) error {
+	data, err := os.ReadFile(o.from)
+	if err != nil {
+		return err
+	}
+	results := map[string][]result{}
+	repeats := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return fmt.Errorf("%s: %w", o.from, err)
+		}
+		results[r.Config] = append(results[r.Config], r)
+		repeats = max(repeats, r.Repeat+1)
+	}
+	var configs []config
+	for _, c := range allConfigs(true) {
+		if len(results[c.name]) > 0 {
+			configs = append(configs, c)
+		}
+	}
+	o.repeats = repeats
+	m := describeMachine("nginx")
+	m.loadBefore, m.loadAfter = "unknown", "unknown"
+	report(stdout, o, m, configs, results)
 	return nil
 }
 
