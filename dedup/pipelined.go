@@ -3,23 +3,27 @@ package dedup
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// pipelined is the Client OpenRedis builds. Scripts (every claim, complete,
-// release and lookup) go through go-redis's autopipeliner, which sends the
-// calls of concurrent requests together: one write and one read for a batch,
-// where a plain client makes a pool health check, a write and a read for
-// each call. Each call is still one round trip and still atomic; on a busy
-// proxy the batch just carries several. Everything else (Ping, Del) goes
-// through the plain client.
+// pipelined is the Client OpenRedis builds. While other script calls
+// (claims, completions, releases, lookups) are in flight, a call goes
+// through go-redis's autopipeliner, which sends the calls of concurrent
+// requests together: one write and one read for a batch, where a plain
+// client makes a pool health check, a write and a read for each call. A
+// call alone goes straight through the plain client: batching has nothing
+// to gain then, and the autopipeliner's hand-offs between goroutines would
+// only add latency. Either way a call is one round trip and one atomic
+// script. Everything else (Ping, Del) goes through the plain client.
 //
 // The autopipeliner is EXPERIMENTAL in go-redis v9.23; go.mod pins the
 // version, and NewRedis takes any other Client.
 type pipelined struct {
 	*redis.Client
-	ap *redis.AutoPipeliner // the deferred face: Submit, then WaitContext
+	ap       *redis.AutoPipeliner // the deferred face: Submit, then WaitContext
+	inFlight *atomic.Int64        // script calls under way
 }
 
 // newPipelined wraps c. Closing c closes the autopipeliner too.
@@ -30,14 +34,24 @@ func newPipelined(c *redis.Client) (pipelined, error) {
 	if err != nil {
 		return pipelined{}, fmt.Errorf("dedup: redis autopipeline: %w", err)
 	}
-	return pipelined{Client: c, ap: ap}, nil
+	return pipelined{Client: c, ap: ap, inFlight: new(atomic.Int64)}, nil
 }
 
 func (p pipelined) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	if p.inFlight.Add(1) == 1 {
+		defer p.inFlight.Add(-1)
+		return p.Client.EvalSha(ctx, sha1, keys, args...)
+	}
+	defer p.inFlight.Add(-1)
 	return p.eval(ctx, "evalsha", sha1, keys, args)
 }
 
 func (p pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if p.inFlight.Add(1) == 1 {
+		defer p.inFlight.Add(-1)
+		return p.Client.Eval(ctx, script, keys, args...)
+	}
+	defer p.inFlight.Add(-1)
 	return p.eval(ctx, "eval", script, keys, args)
 }
 

@@ -13,8 +13,9 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
-// A request's deadline still bounds its Redis call through the
-// autopipeliner, and an abandoned wait leaves the store working.
+// A request's deadline still bounds its Redis call, alone (through the
+// plain client) or batched (through the autopipeliner), and an abandoned
+// wait leaves the store working.
 func TestRedisDeadlineWhileRedisIsPaused(t *testing.T) {
 	srv := redistest.New(t)
 	s := openRedis(t, srv)
@@ -28,16 +29,30 @@ func TestRedisDeadlineWhileRedisIsPaused(t *testing.T) {
 	if err := raw.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, _, err := s.Claim(short, "paused", lease)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Claim while Redis is paused = %v, want context.DeadlineExceeded", err)
+	claimBefore := func(what string, d time.Duration) {
+		t.Helper()
+		short, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		start := time.Now()
+		_, _, err := s.Claim(short, "paused-"+what, lease)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s claim while Redis is paused = %v, want context.DeadlineExceeded", what, err)
+		}
+		if waited := time.Since(start); waited > d+900*time.Millisecond {
+			t.Errorf("%s claim returned after %s, past its %s deadline", what, waited.Round(time.Millisecond), d)
+		}
 	}
-	if waited := time.Since(start); waited > time.Second {
-		t.Errorf("Claim returned after %s, past its 100ms deadline", waited.Round(time.Millisecond))
-	}
+	// The lone claim takes the plain client, and stays in flight...
+	lone := make(chan struct{})
+	go func() {
+		defer close(lone)
+		claimBefore("lone", 300*time.Millisecond)
+	}()
+	pl := s.client.(pipelined)
+	eventually(t, "the lone claim to be in flight", func() bool { return pl.inFlight.Load() > 0 })
+	// ...so this one goes through the autopipeliner.
+	claimBefore("batched", 100*time.Millisecond)
+	<-lone
 	eventually(t, "a claim to succeed once Redis resumes", func() bool {
 		_, rec, err := s.Claim(ctx, "after-pause", lease)
 		return err == nil && rec.State == Absent
