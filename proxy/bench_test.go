@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func BenchmarkHandler(b *testing.B) {
 			},
 			Transport: noopUpstream{},
 		}
-		runHandler(b, rp, newLoad(loadUniqueJSON))
+		runHandler(b, rp, newLoad(loadUniqueJSON, 0))
 	})
 	stores := []struct {
 		name string
@@ -70,7 +71,7 @@ func BenchmarkHandler(b *testing.B) {
 			for _, kind := range []loadKind{loadUniqueJSON, loadDuplicate, loadHeader} {
 				b.Run(kind.String(), func(b *testing.B) {
 					h := benchHandler(b, store, kind)
-					l := newLoad(kind)
+					l := newLoad(kind, 0)
 					if kind == loadDuplicate {
 						// The first copy completes; every measured one is a duplicate.
 						runOnce(b, h, l)
@@ -78,6 +79,28 @@ func BenchmarkHandler(b *testing.B) {
 					runHandler(b, h, l)
 				})
 			}
+			// Many requests at once: on Redis, concurrent calls share
+			// round trips (the autopipeliner), which a lone call never does.
+			b.Run("unique-json-parallel", func(b *testing.B) {
+				h := benchHandler(b, store, loadUniqueJSON)
+				var workers atomic.Int64
+				b.SetBytes(int64(len(newLoad(loadUniqueJSON, 0).body)))
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				b.RunParallel(func(pb *testing.PB) {
+					l := newLoad(loadUniqueJSON, int(workers.Add(1)))
+					w := &sink{h: http.Header{}}
+					for pb.Next() {
+						clear(w.h)
+						w.status = 0
+						h.ServeHTTP(w, l.next())
+						if w.status != http.StatusOK {
+							b.Errorf("answered %d (%s), want 200", w.status, w.h.Get(proxy.HeaderOutcome))
+							return
+						}
+					}
+				})
+			})
 		})
 	}
 }
@@ -146,20 +169,23 @@ func (k loadKind) String() string { return [...]string{"unique-json", "duplicate
 
 // load makes the requests of one kind.
 type load struct {
-	kind  loadKind
-	tmpl  http.Request
-	body  []byte
-	digit int // where the ID's counter digits start in body; -1: fixed body
-	n     int
-	rd    reusableBody
-	id    []byte // scratch for header IDs
+	kind   loadKind
+	worker int
+	tmpl   http.Request
+	body   []byte
+	digit  int // where the ID's counter digits start in body; -1: fixed body
+	n      int
+	rd     reusableBody
+	id     []byte // scratch for header IDs
 }
 
 // idDigits is the width of the counter inside unique JSON IDs.
 const idDigits = 8
 
-func newLoad(kind loadKind) *load {
-	l := &load{kind: kind, digit: -1}
+// newLoad makes requests of kind. Loads with different workers never share
+// an event ID.
+func newLoad(kind loadKind, worker int) *load {
+	l := &load{kind: kind, worker: worker, digit: -1}
 	path := "/stripe"
 	h := http.Header{
 		"Content-Type": {"application/json"},
@@ -167,8 +193,9 @@ func newLoad(kind loadKind) *load {
 	}
 	switch kind {
 	case loadUniqueJSON:
-		l.body = []byte(`{"id":"evt_bench_` + strings.Repeat("0", idDigits) + benchStripeTail)
-		l.digit = bytes.IndexByte(l.body[7:], '0') + 7
+		head := `{"id":"evt_bench_w` + strconv.Itoa(worker) + "_"
+		l.body = []byte(head + strings.Repeat("0", idDigits) + benchStripeTail)
+		l.digit = len(head)
 	case loadDuplicate:
 		l.body = []byte(`{"id":"evt_bench_duplicate` + benchStripeTail)
 	case loadHeader:
@@ -210,7 +237,8 @@ func (l *load) next() *http.Request {
 			v /= 10
 		}
 	case loadHeader:
-		l.id = strconv.AppendInt(append(l.id[:0], "72d3162e-cc78-11e3-81ab-"...), int64(l.n), 10)
+		l.id = append(strconv.AppendInt(append(l.id[:0], "72d3162e-cc78-11e3-81ab-w"...), int64(l.worker), 10), '-')
+		l.id = strconv.AppendInt(l.id, int64(l.n), 10)
 		l.tmpl.Header["X-Github-Delivery"][0] = string(l.id)
 	}
 	l.rd.Reset(l.body)
