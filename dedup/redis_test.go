@@ -60,7 +60,7 @@ func TestOpenRedisBadURL(t *testing.T) {
 	for _, tc := range []struct {
 		name, url, want string
 	}{
-		{"empty", "", "empty"},
+		{"empty", "", "no Redis"},
 		{"no scheme", "localhost:6379", "redis://"},
 		{"other scheme", "http://localhost:6379", "redis://"},
 		{"unparseable", "redis://user:s3cret@%zz:6379", "invalid"},

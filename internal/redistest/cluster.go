@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -122,19 +123,50 @@ func (c *Cluster) running() []*Server {
 	return up
 }
 
+// slotRange is a range of slots and the address of its master ("" if none).
+type slotRange struct {
+	start, end int
+	master     string
+}
+
 // slots asks a running node which master serves each range of slots.
-func (c *Cluster) slots(ctx context.Context) ([]redis.ClusterSlot, error) {
+func (c *Cluster) slots(ctx context.Context) ([]slotRange, error) {
 	var last error
 	for _, s := range c.running() {
-		slots, err := withClient(ctx, s, func(rc *redis.Client) ([]redis.ClusterSlot, error) {
-			return rc.ClusterSlots(ctx).Result()
+		slots, err := withClient(ctx, s, func(rc *redis.Client) ([]slotRange, error) {
+			return slotRanges(ctx, rc)
 		})
 		if err == nil {
 			return slots, nil
 		}
 		last = err
 	}
-	return nil, fmt.Errorf("no running node answered CLUSTER SLOTS: %w", last)
+	return nil, fmt.Errorf("no running node answered CLUSTER SHARDS: %w", last)
+}
+
+// slotRanges is rc's view of which master serves which slots.
+func slotRanges(ctx context.Context, rc *redis.Client) ([]slotRange, error) {
+	shards, err := rc.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var ranges []slotRange
+	for _, sh := range shards {
+		master := ""
+		for _, n := range sh.Nodes {
+			if n.Role == "master" {
+				port := n.Port
+				if port == 0 {
+					port = n.TLSPort
+				}
+				master = net.JoinHostPort(n.IP, strconv.FormatInt(port, 10))
+			}
+		}
+		for _, r := range sh.Slots {
+			ranges = append(ranges, slotRange{start: int(r.Start), end: int(r.End), master: master})
+		}
+	}
+	return ranges, nil
 }
 
 // Masters are the nodes serving slots now, as a running node sees it.
@@ -146,10 +178,7 @@ func (c *Cluster) Masters(ctx context.Context) ([]*Server, error) {
 	var masters []*Server
 	seen := map[*Server]bool{}
 	for _, sl := range slots {
-		if len(sl.Nodes) == 0 {
-			continue
-		}
-		if s := c.node(sl.Nodes[0].Addr); s != nil && !seen[s] {
+		if s := c.node(sl.master); s != nil && !seen[s] {
 			seen[s] = true
 			masters = append(masters, s)
 		}
@@ -165,11 +194,11 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 	}
 	slot := Slot(key)
 	for _, sl := range slots {
-		if slot >= sl.Start && slot <= sl.End && len(sl.Nodes) > 0 {
-			if s := c.node(sl.Nodes[0].Addr); s != nil {
+		if slot >= sl.start && slot <= sl.end {
+			if s := c.node(sl.master); s != nil {
 				return s, nil
 			}
-			return nil, fmt.Errorf("slot %d is served by %s, which is not one of the cluster's nodes", slot, sl.Nodes[0].Addr)
+			return nil, fmt.Errorf("slot %d is served by %q, which is not one of the cluster's nodes", slot, sl.master)
 		}
 	}
 	return nil, fmt.Errorf("no master serves slot %d", slot)
@@ -196,19 +225,16 @@ func (c *Cluster) healthy() error {
 			if !strings.Contains(info, "cluster_state:ok") {
 				return errors.New("cluster_state is not ok")
 			}
-			slots, err := rc.ClusterSlots(ctx).Result()
+			slots, err := slotRanges(ctx, rc)
 			if err != nil {
 				return err
 			}
 			covered := 0
 			for _, sl := range slots {
-				if len(sl.Nodes) == 0 {
-					return fmt.Errorf("slots %d-%d have no node", sl.Start, sl.End)
+				if m := c.node(sl.master); m == nil || !m.Running() {
+					return fmt.Errorf("slots %d-%d are served by %q, which is down", sl.start, sl.end, sl.master)
 				}
-				if m := c.node(sl.Nodes[0].Addr); m == nil || !m.Running() {
-					return fmt.Errorf("slots %d-%d are served by %s, which is down", sl.Start, sl.End, sl.Nodes[0].Addr)
-				}
-				covered += sl.End - sl.Start + 1
+				covered += sl.end - sl.start + 1
 			}
 			if covered != 16384 {
 				return fmt.Errorf("%d of 16384 slots served", covered)
@@ -223,7 +249,8 @@ func (c *Cluster) healthy() error {
 }
 
 // replicaInSync fails while rc is a replica whose link to its master is
-// down or still loading the master's data.
+// down or still loading the master's data, or a master with a replica not
+// yet online (a master counts a replica for WAIT only once it is).
 func replicaInSync(ctx context.Context, rc *redis.Client) error {
 	repl, err := rc.Info(ctx, "replication").Result()
 	if err != nil {
@@ -232,6 +259,11 @@ func replicaInSync(ctx context.Context, rc *redis.Client) error {
 	if strings.Contains(repl, "role:slave") &&
 		(!strings.Contains(repl, "master_link_status:up") || strings.Contains(repl, "master_sync_in_progress:1")) {
 		return errors.New("replica not in sync with its master")
+	}
+	for _, line := range strings.Split(repl, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, ":ip=") && !strings.Contains(line, "state=online") {
+			return fmt.Errorf("master has a replica not online yet: %s", strings.TrimSpace(line))
+		}
 	}
 	return nil
 }
@@ -247,12 +279,12 @@ func (c *Cluster) WaitPromoted(ctx context.Context, victim *Server, slot int) (*
 			return err
 		}
 		for _, sl := range slots {
-			if slot < sl.Start || slot > sl.End || len(sl.Nodes) == 0 {
+			if slot < sl.start || slot > sl.end {
 				continue
 			}
-			m := c.node(sl.Nodes[0].Addr)
+			m := c.node(sl.master)
 			if m == nil || m == victim || !m.Running() {
-				return fmt.Errorf("slot %d still served by %s", slot, sl.Nodes[0].Addr)
+				return fmt.Errorf("slot %d still served by %q", slot, sl.master)
 			}
 			promoted = m
 			return c.healthy()
@@ -307,4 +339,35 @@ func withClient[T any](ctx context.Context, s *Server, f func(*redis.Client) (T,
 	rc := client(s)
 	defer rc.Close()
 	return f(rc)
+}
+
+// ReplicasOf are the nodes replicating from master now, as master sees it.
+func (c *Cluster) ReplicasOf(ctx context.Context, master *Server) ([]*Server, error) {
+	info, err := withClient(ctx, master, func(rc *redis.Client) (string, error) {
+		return rc.Info(ctx, "replication").Result()
+	})
+	if err != nil {
+		return nil, err
+	}
+	var replicas []*Server
+	for _, line := range strings.Split(info, "\n") {
+		// slave0:ip=127.0.0.1,port=6380,state=online,offset=42,lag=0
+		if !strings.HasPrefix(line, "slave") || !strings.Contains(line, ":ip=") {
+			continue
+		}
+		var ip, port string
+		for _, field := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			k, v, _ := strings.Cut(field, "=")
+			switch k {
+			case "ip":
+				ip = v
+			case "port":
+				port = v
+			}
+		}
+		if s := c.node(net.JoinHostPort(ip, port)); s != nil {
+			replicas = append(replicas, s)
+		}
+	}
+	return replicas, nil
 }
