@@ -103,12 +103,12 @@ func OpenRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.WaitReplicas < 0 {
 		return nil, fmt.Errorf("dedup: WaitReplicas %d is negative", cfg.WaitReplicas)
 	}
+	if cfg.Logf != nil {
+		redis.SetLogger(logf(cfg.Logf))
+	}
 	client, err := newClient(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.Logf != nil {
-		redis.SetLogger(logf(cfg.Logf))
 	}
 	s := NewRedis(client)
 	s.waitReplicas = cfg.WaitReplicas

@@ -28,6 +28,11 @@ func open(t testing.TB, cfg RedisConfig) *Redis {
 	return s
 }
 
+// ackTimeout is the WaitTimeout of tests that expect every WAIT to be
+// satisfied: generous, as a replica on a busy test machine may take more
+// than the default 250ms to acknowledge.
+const ackTimeout = 2 * time.Second
+
 // TestRedisCluster runs the conformance suite on a Redis Cluster of three
 // masters with a replica each, without and with WAIT, and checks that WAIT
 // counts the replica of the master that holds the key.
@@ -40,7 +45,7 @@ func TestRedisCluster(t *testing.T) {
 		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds}))
 	})
 	t.Run("conformance waiting for one replica", func(t *testing.T) {
-		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds, WaitReplicas: 1}))
+		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds, WaitReplicas: 1, WaitTimeout: ackTimeout}))
 	})
 	t.Run("client kind", func(t *testing.T) {
 		s := open(t, RedisConfig{ClusterAddrs: seeds})
@@ -118,7 +123,7 @@ func TestRedisSentinel(t *testing.T) {
 	sn := redistest.NewSentinel(t, redistest.SentinelConfig{})
 	cfg := RedisConfig{SentinelAddrs: sn.Addrs(), SentinelMaster: sn.MasterName}
 	waiting := cfg
-	waiting.WaitReplicas = 1
+	waiting.WaitReplicas, waiting.WaitTimeout = 1, ackTimeout
 	t.Run("conformance", func(t *testing.T) {
 		testStore(t, open(t, cfg))
 	})
@@ -165,6 +170,53 @@ func TestRedisSentinel(t *testing.T) {
 			t.Errorf("Complete once the old master is a replica: %v", err)
 		}
 	})
+}
+
+// TestRedisSentinelLaggingReplica shows what WaitReplicas buys: a record
+// the master acknowledged but never sent to its replica is lost when the
+// replica takes over; with WaitReplicas the same write is reported as an
+// error at once (the proxy answers 503, the sender retries), not lost
+// later.
+func TestRedisSentinelLaggingReplica(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sn := redistest.NewSentinel(t, redistest.SentinelConfig{})
+	cfg := RedisConfig{SentinelAddrs: sn.Addrs(), SentinelMaster: sn.MasterName}
+	s := open(t, cfg)
+	cfg.WaitReplicas = 1
+	w1 := open(t, cfg)
+	master, replica := sn.Servers[0], sn.Servers[1]
+	raw := redis.NewClient(&redis.Options{Addr: master.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+
+	// The replica stalls, and the master drops its link to it: what the
+	// master writes now reaches no replica.
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	if err := raw.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := mustClaim(t, s, "lag/unacknowledged", lease)
+	if err := s.Complete(ctx, c, replayed, keep); err != nil {
+		t.Fatalf("Complete without WAIT: %v", err)
+	}
+	if _, _, err := w1.Claim(ctx, "lag/refused", lease); !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("Claim with WAIT and no replica = %v, want ErrNotReplicated", err)
+	}
+
+	master.Stop()
+	replica.Resume()
+	if _, err := sn.WaitFailover(ctx, master); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the store to reach the new master", func() bool { return s.Ping(ctx) == nil })
+	if _, err := s.Lookup(ctx, "lag/unacknowledged"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after the failover, the record no replica acknowledged: Lookup = %v; want it lost (ErrNotFound)", err)
+	}
+	if _, err := s.Lookup(ctx, "lag/refused"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after the failover, the refused claim: Lookup = %v, want ErrNotFound", err)
+	}
 }
 
 // TestRedisTLS runs the conformance suite over mutual TLS, authenticated as
@@ -263,7 +315,7 @@ func TestRedisSentinelTLS(t *testing.T) {
 	certs := redistest.NewCerts(t)
 	sn := redistest.NewSentinel(t, redistest.SentinelConfig{Certs: certs})
 	testStore(t, open(t, RedisConfig{
-		SentinelAddrs: sn.Addrs(), SentinelMaster: sn.MasterName, WaitReplicas: 1,
+		SentinelAddrs: sn.Addrs(), SentinelMaster: sn.MasterName, WaitReplicas: 1, WaitTimeout: ackTimeout,
 		TLS: &RedisTLS{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile},
 	}))
 }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -108,6 +109,24 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// Pause stops the process (SIGSTOP) without killing it: its connections
+// stay open but nothing it is sent is read or answered, as with a server
+// stuck on a slow disk or a long GC-like stall.
+func (s *Server) Pause() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("pause redis-server on %s: %v", s.Addr, err)
+	}
+}
+
+// Resume continues a paused process (SIGCONT).
+func (s *Server) Resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatalf("resume redis-server on %s: %v", s.Addr, err)
+	}
 }
 
 // Running reports whether the process was started and not stopped since.
