@@ -8,6 +8,9 @@ COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STATICCHECK_VERSION := v0.8.2
+# kustomize renders k8s/ in its tests. Debian's kubectl (1.20) is too old;
+# v5.8.3 needs Go 1.27, so v5.8.2.
+KUSTOMIZE_VERSION := v5.8.2
 
 .PHONY: build test deps lint fuzz ci
 
@@ -18,8 +21,11 @@ build:
 test: deps
 	$(GO) test -race -count=1 ./...
 
-# Debian packages the tests run for real.
+# What the tests run for real: redis-server (Debian) and kustomize (Go).
 deps:
+	@command -v kustomize >/dev/null || \
+	  test -x "$$($(GO) env GOPATH)/bin/kustomize" || \
+	  { echo "installing: kustomize $(KUSTOMIZE_VERSION)"; GOTOOLCHAIN=local $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION); }
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
@@ -33,9 +39,11 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-# Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
+# Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time),
+# in the packages that have any.
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
+	@for pkg in $$(grep -l '^func Fuzz' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u); do \
+		pkg=./$$pkg; \
 		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$target"; \
 			$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"go.uber.org/zap"
@@ -74,9 +75,9 @@ func storeCommand(ctx context.Context, cmd string, args []string, environ map[st
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	key := cfg.KeyPrefix + args[0] + ":" + args[1]
+	key := dedup.EventKey(cfg.KeyPrefix, args[0], args[1])
 	if cmd == "forget" {
-		existed, err := st.Forget(ctx, key)
+		existed, err := admin.Forget(ctx, st, cfg.KeyPrefix, args[0], args[1])
 		if err != nil {
 			return err
 		}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
@@ -44,6 +44,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return usageError(err)
 	}
 	defer func() { _ = log.Sync() }()
+	// go-redis logs through a process-wide logger; route it through zap.
+	redis.SetLogger(newRedisLogger(log))
 
 	routes, err := buildRoutes(cfg, log)
 	if err != nil {
@@ -170,24 +172,6 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 	case <-done:
 	case <-t.C:
 	}
-}
-
-func newLogger(cfg *config.Config, w io.Writer) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(cfg.LogLevel)
-	if err != nil {
-		return nil, fmt.Errorf("LOG_LEVEL: %w", err)
-	}
-	encCfg := zap.NewProductionEncoderConfig()
-	encCfg.TimeKey = "ts"
-	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder
-	if cfg.LogFormat == "console" {
-		enc = zapcore.NewConsoleEncoder(encCfg)
-	} else {
-		enc = zapcore.NewJSONEncoder(encCfg)
-	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), level)
-	return zap.New(core), nil
 }
 
 // buildRoutes parses every route's source and warns about secrets that no

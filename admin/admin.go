@@ -4,10 +4,13 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +66,11 @@ func New(cfg Config) *Server {
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /v1/events/{namespace}/{id}", s.authorized(s.inspect))
 	s.mux.HandleFunc("DELETE /v1/events/{namespace}/{id}", s.authorized(s.forget))
+	// Every other method and path under /v1/events/ goes through the token
+	// check too, so that without a token the API does not show at all
+	// (the mux alone would answer 405 with an Allow header).
+	s.mux.HandleFunc("/v1/events/{namespace}/{id}", s.authorized(methodNotAllowed))
+	s.mux.HandleFunc("/v1/events/", s.authorized(notFound))
 	return s
 }
 
@@ -85,18 +93,21 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// authorized guards the events API with the bearer token, compared in
-// constant time; without a token the API does not exist.
+// authorized guards the events API with the bearer token; without a token
+// the API does not exist.
 func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
+	want := sha256.Sum256([]byte(s.cfg.Token))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Token == "" {
-			http.NotFound(w, r)
+			notFound(w, r)
 			return
 		}
-		const prefix = "Bearer "
-		got := r.Header.Get("Authorization")
-		if len(got) < len(prefix) || got[:len(prefix)] != prefix ||
-			subtle.ConstantTimeCompare([]byte(got[len(prefix):]), []byte(s.cfg.Token)) != 1 {
+		// The auth scheme is case-insensitive (RFC 9110). Both sides are
+		// hashed so that the constant-time comparison does not leak the
+		// token's length either.
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got := sha256.Sum256([]byte(token))
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="webhook-dedup"`)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
 			return
@@ -105,14 +116,31 @@ func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found"})
+}
+
+func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD, DELETE")
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+}
+
 // Event is the events API's view of one record.
 type Event struct {
-	Namespace  string  `json:"namespace"`
-	ID         string  `json:"id"`
-	State      string  `json:"state"`
-	Status     int     `json:"status,omitempty"`
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+	// State is "in-flight" or "completed".
+	State string `json:"state"`
+	// Status is the upstream's status code; zero (omitted) while in flight.
+	Status int `json:"status,omitempty"`
+	// AgeSeconds is the time since the claim (in flight) or the completion.
 	AgeSeconds float64 `json:"age_seconds"`
+	// TTLSeconds is the time left before the record expires: the lease
+	// while in flight, the retention once completed.
 	TTLSeconds float64 `json:"ttl_seconds"`
+	// BodySHA256 is the hex fingerprint of the completed request's body;
+	// empty (omitted) when unknown. It tells a changed payload from a retry.
+	BodySHA256 string `json:"body_sha256,omitempty"`
 }
 
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
@@ -129,6 +157,9 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 	ev := Event{Namespace: ns, ID: id, State: rec.State.String(), TTLSeconds: rec.TTL.Seconds()}
 	if rec.State == dedup.Completed {
 		ev.Status = rec.Result.Status
+		if fp := rec.Result.Fingerprint; fp != ([32]byte{}) {
+			ev.BodySHA256 = hex.EncodeToString(fp[:])
+		}
 	}
 	if !rec.Since.IsZero() {
 		ev.AgeSeconds = time.Since(rec.Since).Seconds()
@@ -138,7 +169,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
-	existed, err := s.cfg.Store.Forget(r.Context(), s.key(ns, id))
+	existed, err := Forget(r.Context(), s.cfg.Store, s.cfg.KeyPrefix, ns, id)
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
@@ -151,7 +182,37 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) key(namespace, id string) string { return s.cfg.KeyPrefix + namespace + ":" + id }
+func (s *Server) key(namespace, id string) string {
+	return dedup.EventKey(s.cfg.KeyPrefix, namespace, id)
+}
+
+// Forgetter is what Forget needs of a store.
+type Forgetter interface {
+	Lookup(ctx context.Context, key string) (dedup.Record, error)
+	Forget(ctx context.Context, key string) (bool, error)
+}
+
+// Forget deletes an event's record so that its next delivery is forwarded,
+// and reports whether there was one. With DEDUP_BODY_FINGERPRINT the proxy
+// also keeps the completed body's fingerprint under a key of its own, which
+// would answer the redelivery as a duplicate; that record goes too.
+func Forget(ctx context.Context, st Forgetter, prefix, namespace, id string) (bool, error) {
+	key := dedup.EventKey(prefix, namespace, id)
+	rec, err := st.Lookup(ctx, key)
+	if err != nil && !errors.Is(err, dedup.ErrNotFound) {
+		return false, err
+	}
+	existed, err := st.Forget(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && fp != ([32]byte{}) {
+		if _, err := st.Forget(ctx, dedup.BodyKey(prefix, namespace, fp)); err != nil {
+			return existed, err
+		}
+	}
+	return existed, nil
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

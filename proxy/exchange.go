@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"hash"
@@ -113,16 +114,55 @@ func (b *bufferPool) put(buf *bytes.Buffer) {
 	b.p.Put(buf)
 }
 
-// hashingBody fingerprints a body as it streams to the upstream.
+// hashingBody fingerprints a body as it streams to the upstream. The
+// transport reads it on its own goroutine, possibly still after the answer
+// arrived, hence the lock.
 type hashingBody struct {
 	io.ReadCloser
-	h hash.Hash
+	mu   sync.Mutex
+	h    hash.Hash
+	left int64 // bytes still to come when the length is known, else -1
+	done bool  // the body was read to its end
+	err  error // the sender's body broke off (hung up, too slow)
+}
+
+func newHashingBody(body io.ReadCloser, length int64) *hashingBody {
+	return &hashingBody{ReadCloser: body, h: sha256.New(), left: length}
 }
 
 func (b *hashingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
 	b.h.Write(p[:n])
+	if b.left >= 0 {
+		b.left -= int64(n)
+	}
+	if err == io.EOF || b.left == 0 {
+		b.done = true
+	} else if err != nil {
+		b.err = err
+	}
+	b.mu.Unlock()
 	return n, err
+}
+
+// readError is the error that broke off the sender's body, if any.
+func (b *hashingBody) readError() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// sum returns the fingerprint of the whole body, or false when the upstream
+// answered before the body was read to its end (the fingerprint is unknown).
+func (b *hashingBody) sum() (fp [32]byte, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.done {
+		return fp, false
+	}
+	b.h.Sum(fp[:0])
+	return fp, true
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

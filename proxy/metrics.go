@@ -35,6 +35,7 @@ const (
 type Metrics struct {
 	requests        *prometheus.CounterVec
 	upstream        prometheus.Histogram
+	added           prometheus.Histogram
 	storeDuration   *prometheus.HistogramVec
 	storeErrors     *prometheus.CounterVec
 	released        prometheus.Counter
@@ -54,6 +55,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:    "webhook_dedup_upstream_duration_seconds",
 			Help:    "Time from forwarding a webhook to the upstream's complete answer.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		added: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "webhook_dedup_added_latency_seconds",
+			Help:    "Time the proxy adds to a webhook it forwards: its whole handling less the upstream's time (the claim, completing it, reading the body).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "webhook_dedup_store_duration_seconds",
@@ -81,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Claims this process holds while their requests are with the upstream.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.upstream, m.storeDuration, m.storeErrors, m.released, m.leaseLost, m.payloadMismatch, m.inflight)
+	reg.MustRegister(m.requests, m.upstream, m.added, m.storeDuration, m.storeErrors, m.released, m.leaseLost, m.payloadMismatch, m.inflight)
 	return m
 }
 

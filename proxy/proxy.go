@@ -175,23 +175,40 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.serveWebhook(w, r, route, ext)
 }
 
-// upstreamError answers 504 when the upstream ran past UpstreamTimeout and
-// 502 when it could not be reached or broke off; the exchange records it so
-// the claim is released.
+// upstreamError answers 504 when the upstream ran past UpstreamTimeout, 502
+// when it could not be reached or broke off, and 400 when the sender's own
+// body broke off; a claim is released first.
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	status := http.StatusBadGateway
+	status, outcome := http.StatusBadGateway, outcomeUpstreamError
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		status = http.StatusGatewayTimeout
 	}
+	c, _ := r.Context().Value(claimedKey{}).(*claimed)
+	if c != nil {
+		c.wh.err = err
+		if c.hasher != nil && c.hasher.readError() != nil {
+			// The sender's streamed body broke off (it hung up or was too
+			// slow): the sender's fault, not the upstream's.
+			status, outcome = http.StatusBadRequest, outcomeBadRequest
+		}
+		// Release before answering, so a retry sent the moment the sender
+		// has its answer is forwarded rather than found in flight.
+		if !c.settled {
+			c.settled = true
+			h.release(r.Context(), c)
+		}
+	}
 	if ex, ok := w.(*exchange); ok {
 		ex.upstreamErr = err
-		ex.outcome = outcomeUpstreamError
+		ex.outcome = outcome
 	}
-	if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-		// The sender went away; there is nobody to answer.
-		h.log.Debug("upstream request cancelled", zap.Error(err))
-	} else {
+	switch {
+	case outcome == outcomeBadRequest:
+		h.log.Debug("sender's body broke off", zap.Error(err))
+	case r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded):
+		h.log.Debug("upstream request cancelled: the sender went away", zap.Error(err))
+	default:
 		h.log.Warn("upstream error", zap.String("path", r.URL.Path), zap.Int("status", status), zap.Error(err))
 	}
 	w.WriteHeader(status)

@@ -3,10 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"hash"
 	"io"
 	"net/http"
 	"time"
@@ -39,6 +36,10 @@ type webhook struct {
 	status  int
 	body    []byte // nil when the body streams
 	err     error
+	// upstream is the time the exchange with the upstream took, of which
+	// settling is the proxy's own (completing the claim); zero when the
+	// request was not forwarded.
+	upstream, settling time.Duration
 }
 
 func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
@@ -91,7 +92,7 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 		return
 	}
 	wh.id = id
-	wh.key = h.cfg.KeyPrefix + ext.Namespace + ":" + id
+	wh.key = dedup.EventKey(h.cfg.KeyPrefix, ext.Namespace, id)
 
 	if h.cfg.BodyFingerprint && h.seenBody(w, r, wh) {
 		return
@@ -119,6 +120,9 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 			return
 		}
 		if h.cfg.ShadowMode {
+			if rec.State == dedup.Completed {
+				h.checkPayload(wh, rec)
+			}
 			h.forward(w, r, wh, outcomeShadowDuplicate)
 			return
 		}
@@ -160,6 +164,7 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 		start := time.Now()
 		rec, err := h.cfg.Store.Lookup(ctx, key)
 		if errors.Is(err, dedup.ErrNotFound) {
+			h.m.observeStore(opLookup, start, nil)
 			return dedup.Record{State: dedup.Absent}, nil
 		}
 		h.m.observeStore(opLookup, start, err)
@@ -191,7 +196,7 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 type claimed struct {
 	wh      *webhook
 	claim   dedup.Claim
-	hasher  hash.Hash // fingerprints a streamed body; nil when buffered
+	hasher  *hashingBody // fingerprints a streamed body; nil when buffered
 	settled bool
 }
 
@@ -207,8 +212,8 @@ func (h *Handler) forwardClaimed(w http.ResponseWriter, r *http.Request, wh *web
 	c := &claimed{wh: wh, claim: claim}
 	if wh.body == nil && r.Body != nil && r.Body != http.NoBody {
 		// Stream the body to the upstream, fingerprinting it on the way.
-		c.hasher = sha256.New()
-		r.Body = &hashingBody{ReadCloser: r.Body, h: c.hasher}
+		c.hasher = newHashingBody(r.Body, r.ContentLength)
+		r.Body = c.hasher
 	}
 	ex := newExchange(w, outcomeForwarded)
 	defer func() {
@@ -232,6 +237,7 @@ func (h *Handler) settle(resp *http.Response) error {
 		return nil // not a claimed webhook
 	}
 	c.settled = true
+	defer func(start time.Time) { c.wh.settling = time.Since(start) }(time.Now())
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		h.release(resp.Request.Context(), c)
 		return nil
@@ -241,7 +247,7 @@ func (h *Handler) settle(resp *http.Response) error {
 	case c.wh.body != nil:
 		res.Fingerprint = fingerprint(c.wh.body)
 	case c.hasher != nil:
-		c.hasher.Sum(res.Fingerprint[:0])
+		res.Fingerprint, _ = c.hasher.sum() // zero (unknown) if the app answered before reading it all
 	}
 	if h.cfg.ReplayResponse {
 		kept, err := io.ReadAll(io.LimitReader(resp.Body, int64(h.cfg.ReplayMaxBytes)+1))
@@ -314,7 +320,10 @@ func (h *Handler) exchange(ex *exchange, r *http.Request, wh *webhook) {
 	stop := context.AfterFunc(h.abandon, cancel)
 	defer stop()
 	start := time.Now()
-	defer func() { h.m.upstream.Observe(time.Since(start).Seconds()) }()
+	defer func() {
+		wh.upstream = time.Since(start)
+		h.m.upstream.Observe(wh.upstream.Seconds())
+	}()
 	h.reverse.ServeHTTP(ex, r.WithContext(ctx))
 }
 
@@ -331,11 +340,7 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *w
 
 // duplicate answers a duplicate of a completed event.
 func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record) {
-	if wh.body != nil && rec.Result.Fingerprint != ([32]byte{}) && rec.Result.Fingerprint != fingerprint(wh.body) {
-		h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()
-		h.log.Warn("duplicate event ID with a different body: answered as a duplicate",
-			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
-	}
+	h.checkPayload(wh, rec)
 	if h.cfg.ReplayResponse && rec.Result.Status != 0 && (len(rec.Result.Body) > 0 || rec.Result.ContentType != "") {
 		w.Header().Set(HeaderOutcome, outcomeDuplicate)
 		if rec.Result.ContentType != "" {
@@ -347,6 +352,16 @@ func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record
 		return
 	}
 	h.answer(w, wh, http.StatusOK, outcomeDuplicate, "")
+}
+
+// checkPayload logs and counts a duplicate of a completed event whose body
+// differs from the original's (in shadow mode too, where it is forwarded).
+func (h *Handler) checkPayload(wh *webhook, rec dedup.Record) {
+	if wh.body != nil && rec.Result.Fingerprint != ([32]byte{}) && rec.Result.Fingerprint != fingerprint(wh.body) {
+		h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()
+		h.log.Warn("duplicate event ID with a different body: treated as a duplicate",
+			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
+	}
 }
 
 // inFlight answers a duplicate whose first copy is still with the upstream.
@@ -403,11 +418,14 @@ func (h *Handler) rememberBody(ctx context.Context, wh *webhook, res dedup.Resul
 // or preset name, so it cannot collide with an event ID key.
 func (h *Handler) bodyKey(wh *webhook) string {
 	fp := fingerprint(wh.body)
-	return h.cfg.KeyPrefix + wh.ext.Namespace + "#sha256:" + hex.EncodeToString(fp[:])
+	return dedup.BodyKey(h.cfg.KeyPrefix, wh.ext.Namespace, fp)
 }
 
 func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 	h.m.requests.WithLabelValues(wh.route.Path, wh.outcome).Inc()
+	if wh.upstream > 0 {
+		h.m.added.Observe(max(time.Since(wh.start)-wh.upstream+wh.settling, 0).Seconds())
+	}
 	level := zap.InfoLevel
 	if wh.outcome == outcomeInvalidSignature || wh.outcome == outcomeStoreUnavailable || wh.outcome == outcomeUpstreamError {
 		level = zap.WarnLevel
@@ -420,6 +438,7 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 		zap.String("route", wh.route.Path),
 		zap.String("namespace", wh.ext.Namespace),
 		zap.String("event_id", wh.id),
+		zap.String("request_id", requestID(r, wh)),
 		zap.String("outcome", wh.outcome),
 		zap.Int("status", wh.status),
 		zap.Duration("duration", time.Since(wh.start)),
@@ -431,4 +450,18 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook) {
 		fields = append(fields, zap.String("reason", wh.err.Error()))
 	}
 	ce.Write(fields...)
+}
+
+// maxRequestIDLen bounds what a sender's X-Request-Id puts in a log line.
+const maxRequestIDLen = 128
+
+// requestID names the request in the logs so that a line can be matched
+// with the app's: an X-Request-Id set by the sender or an ingress, else the
+// event ID, which for most presets is the provider's delivery ID
+// (X-GitHub-Delivery, X-Shopify-Webhook-Id, webhook-id).
+func requestID(r *http.Request, wh *webhook) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		return id[:min(len(id), maxRequestIDLen)]
+	}
+	return wh.id
 }

@@ -33,13 +33,17 @@ func newBodyMAC(scheme string, o Options, newHash func() hash.Hash, header, labe
 	if err != nil {
 		return nil, err
 	}
+	return bodyMACOf(secrets, newHash, header, label, enc), nil
+}
+
+func bodyMACOf(secrets []string, newHash func() hash.Hash, header, label string, enc encoding) *bodyMAC {
 	return &bodyMAC{
 		header: header,
 		label:  label,
 		enc:    enc,
 		size:   newHash().Size(),
 		keys:   newKeyring(newHash, rawKeys(secrets)),
-	}, nil
+	}
 }
 
 func (v *bodyMAC) Verify(h http.Header, body []byte, _ time.Time) error {
@@ -121,12 +125,11 @@ type linear struct {
 // Linear verifies Linear-Signature and the signed body's webhookTimestamp,
 // which must lie within the tolerance.
 func Linear(o Options) (Verifier, error) {
-	mac, err := newBodyMAC("linear", o, sha256.New, "Linear-Signature", "", hexMAC)
+	secrets, tolerance, err := settings("linear", o)
 	if err != nil {
 		return nil, err
 	}
-	_, tolerance, _ := settings("linear", o)
-	return &linear{mac: mac, tolerance: tolerance}, nil
+	return &linear{mac: bodyMACOf(secrets, sha256.New, "Linear-Signature", "", hexMAC), tolerance: tolerance}, nil
 }
 
 func (v *linear) Verify(h http.Header, body []byte, now time.Time) error {

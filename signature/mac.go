@@ -101,8 +101,8 @@ const (
 	base64MAC
 )
 
-// strictBase64 rejects non-canonical trailing bits, so each MAC has exactly
-// one accepted spelling (senders always write the canonical one).
+// strictBase64 rejects non-zero trailing bits; with decode's exact-length
+// check, each MAC has one accepted spelling (the one senders write).
 var strictBase64 = base64.StdEncoding.Strict()
 
 // decode decodes s, which must encode exactly size bytes, into out. ok is
@@ -119,8 +119,14 @@ func (e encoding) decode(out *[maxMACSize]byte, s string, size int) (mac []byte,
 		if len(s) != strictBase64.EncodedLen(size) {
 			return nil, false
 		}
-		n, err := strictBase64.Decode(out[:], []byte(s))
-		return out[:n], err == nil && n == size
+		// Decode needs DecodedLen(len(s)) bytes of room, which exceeds size
+		// when the last quantum is padded (33 for a 32-byte MAC).
+		var tmp [maxMACSize + 2]byte
+		n, err := strictBase64.Decode(tmp[:], []byte(s))
+		if err != nil || n != size {
+			return nil, false
+		}
+		return out[:copy(out[:], tmp[:n])], true
 	}
 }
 

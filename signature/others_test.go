@@ -3,8 +3,11 @@ package signature
 import (
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,4 +103,63 @@ func TestTwilioURLs(t *testing.T) {
 		v := mustNew(t, Twilio, Options{Secrets: []string{token}, URL: "https://example.com/sms"})
 		wantErr(t, v.Verify(header("Content-Type", form, "X-Twilio-Signature", "RSOYDt4T1cUTdK1PDd93/VVr8B8="), []byte("a=%zz"), testNow), ErrMalformed)
 	})
+}
+
+func TestDecodeAcceptsOnlyCanonicalBase64(t *testing.T) {
+	// Regression (found by FuzzBase64Body): 44 characters without padding
+	// decode to 33 bytes, and once made Decode write past a 32-byte buffer.
+	for _, size := range []int{sha1.Size, sha256.Size} {
+		var out [maxMACSize]byte
+		if _, ok := base64MAC.decode(&out, strings.Repeat("0", base64.StdEncoding.EncodedLen(size)), size); ok {
+			t.Errorf("size %d: unpadded value accepted", size)
+		}
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for _, size := range []int{sha1.Size, sha256.Size} {
+		canonical := base64.StdEncoding.EncodeToString(make([]byte, size))
+		pad := strings.Count(canonical, "=")
+		last := len(canonical) - pad - 1
+		for _, c := range alphabet {
+			s := canonical[:last] + string(c) + canonical[last+1:]
+			var out [maxMACSize]byte
+			_, ok := base64MAC.decode(&out, s, size)
+			raw, _ := base64.StdEncoding.DecodeString(s)
+			if want := base64.StdEncoding.EncodeToString(raw) == s; ok != want {
+				t.Errorf("size %d, %q: ok = %v, want %v", size, s, ok, want)
+			}
+		}
+	}
+}
+
+// TestConcurrentVerify shares each verifier between goroutines, as the
+// proxy does, so that -race checks the pooled HMAC states.
+func TestConcurrentVerify(t *testing.T) {
+	body := []byte(`{"id":"evt_concurrent"}`)
+	for _, s := range schemes() {
+		v := mustNew(t, s.new, Options{Secrets: s.secrets[:1], URL: s.url})
+		good, goodBody := s.sign(t, s.secrets[0], testNow, body)
+		// Signed with the other test secret, which v lacks.
+		bad, badBody := s.sign(t, s.secrets[1], testNow, body)
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				for range 50 {
+					if err := v.Verify(good, goodBody, testNow); err != nil {
+						errs <- err
+						return
+					}
+					if err := v.Verify(bad, badBody, testNow); err == nil {
+						errs <- errors.New("forged request accepted")
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+		}
+	}
 }

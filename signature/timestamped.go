@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -46,11 +47,12 @@ func (v *timestamped) Verify(h http.Header, body []byte, now time.Time) error {
 	if !ok {
 		return fail(ErrMalformed, v.tsHeader+" is not a valid timestamp")
 	}
-	if len(value) < len(v.label) || value[:len(v.label)] != v.label {
+	encoded, ok := strings.CutPrefix(value, v.label)
+	if !ok {
 		return fail(ErrMalformed, v.sigHeader+" does not start with "+v.label)
 	}
 	var buf [maxMACSize]byte
-	sig, ok := v.enc.decode(&buf, value[len(v.label):], sha256.Size)
+	sig, ok := v.enc.decode(&buf, encoded, sha256.Size)
 	if !ok {
 		return fail(ErrMalformed, v.sigHeader+" is not a MAC of the expected encoding and length")
 	}

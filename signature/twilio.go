@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -61,10 +62,10 @@ func twilioURLs(raw string) ([]string, error) {
 	raw, _, _ = strings.Cut(raw, "#")
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("not a URL")
+		return nil, errors.New("not a URL")
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("not an absolute http or https URL")
+		return nil, errors.New("not an absolute http or https URL")
 	}
 	schemeEnd := strings.Index(raw, "://") + len("://")
 	authEnd := schemeEnd + strings.IndexAny(raw[schemeEnd:]+"/", "/?")
@@ -128,7 +129,7 @@ func sortedParams(params url.Values) []byte {
 	slices.Sort(names)
 	var out []byte
 	for _, name := range names {
-		values := slices.Clone(params[name])
+		values := params[name]
 		slices.Sort(values)
 		for _, value := range values {
 			out = append(out, name...)

@@ -45,9 +45,10 @@ func mustSend(t *testing.T, ctx context.Context, client *http.Client, px *proxy,
 }
 
 // settledSend sends ev like a provider retrying promptly: while the proxy
-// answers in-flight it sends again. The proxy streams the app's answer to
-// the sender before it completes or releases the claim, so a redelivery
-// sent the moment an answer arrives may still find the claim in flight.
+// answers in-flight it sends again. The proxy settles a claim before the
+// sender sees the app's answer, but when it answers 502 or 504 itself the
+// release may follow the answer, so a retry sent that moment may still
+// find the claim in flight.
 func settledSend(t *testing.T, ctx context.Context, client *http.Client, px *proxy, p provider, ev event) answer {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -78,7 +79,7 @@ func TestDuplicateAfterCompletion(t *testing.T) {
 	srv := redistest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL()}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	for _, p := range allProviders {
 		for _, n := range []int{1, 3} { // 3: a numeric ID on the JSON route
@@ -90,7 +91,7 @@ func TestDuplicateAfterCompletion(t *testing.T) {
 				t.Errorf("%s first delivery: body %q, X-App %q; want the app's answer %s", k, first.Body, first.Header.Get("X-App"), want)
 			}
 
-			dup := settledSend(t, ctx, client, px, p, ev)
+			dup := mustSend(t, ctx, client, px, p, ev)
 			expect(t, k+" redelivery", dup, 200, "duplicate")
 			if ct := dup.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 				t.Errorf("%s redelivery: Content-Type %q, want application/json", k, ct)
@@ -134,7 +135,7 @@ func TestDuplicateInFlight(t *testing.T) {
 				env["REDIS_URL"] = redistest.New(t).URL()
 			}
 			px := startProxy(t, env)
-			ctx, client := testContext(t), newClient()
+			ctx, client := testContext(t), newClient(t)
 
 			for _, p := range []provider{stripe, acme} {
 				ev := p.Event(7)
@@ -162,7 +163,7 @@ func TestDuplicateInFlight(t *testing.T) {
 
 				release()
 				expect(t, k+" first delivery", <-firstDone, 200, "forwarded")
-				expect(t, k+" copy after completion", settledSend(t, ctx, client, px, p, ev), 200, "duplicate")
+				expect(t, k+" copy after completion", mustSend(t, ctx, client, px, p, ev), 200, "duplicate")
 				if n := app.Effects(k); n != 1 {
 					t.Errorf("%s took effect %d times, want 1", k, n)
 				}
@@ -178,7 +179,7 @@ func TestUpstreamErrorRelayedThenRetried(t *testing.T) {
 	app := newUpstream(t)
 	app.FailWhen(func(_ string, attempt int) bool { return attempt == 1 })
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	for _, p := range allProviders {
 		ev := p.Event(11)
@@ -188,7 +189,7 @@ func TestUpstreamErrorRelayedThenRetried(t *testing.T) {
 		if want := "app failed on " + k + " attempt 1\n"; string(failed.Body) != want || failed.Header.Get("X-App-Failure") != "on purpose" {
 			t.Errorf("%s: the app's 500 was not relayed unchanged: body %q, X-App-Failure %q; want body %q", k, failed.Body, failed.Header.Get("X-App-Failure"), want)
 		}
-		expect(t, k+" retry", settledSend(t, ctx, client, px, p, ev), 200, "forwarded")
+		expect(t, k+" retry", mustSend(t, ctx, client, px, p, ev), 200, "forwarded")
 		if a, e := app.Attempts(k), app.Effects(k); a != 2 || e != 1 {
 			t.Errorf("%s: %d attempts reached the app with %d effects; want 2 and 1", k, a, e)
 		}
@@ -213,7 +214,7 @@ func TestMissingID(t *testing.T) {
 		t.Parallel()
 		app := newUpstream(t)
 		px := startProxy(t, proxyEnv(app, nil))
-		ctx, client := testContext(t), newClient()
+		ctx, client := testContext(t), newClient(t)
 		for _, tc := range noID {
 			before := app.Total()
 			for range 2 {
@@ -229,7 +230,7 @@ func TestMissingID(t *testing.T) {
 		t.Parallel()
 		app := newUpstream(t)
 		px := startProxy(t, proxyEnv(app, map[string]string{"ON_MISSING_ID": "reject"}))
-		ctx, client := testContext(t), newClient()
+		ctx, client := testContext(t), newClient(t)
 		for _, tc := range noID {
 			expect(t, tc.name, mustSend(t, ctx, client, px, tc.p, tc.ev), 400, "missing-id")
 		}
@@ -245,7 +246,7 @@ func TestInvalidID(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	long := acme.Event(1)
 	long.ID = strings.Repeat("a", 513)
@@ -266,7 +267,7 @@ func TestNamespacesSeparateRoutes(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	const id = "shared-id-1"
 	onAcme := acme.Event(1)
@@ -274,7 +275,7 @@ func TestNamespacesSeparateRoutes(t *testing.T) {
 	onJSON := event{ID: id, Body: []byte(`{"data":{"object":{"id":"` + id + `"}}}`)}
 	expect(t, "ID on the header route", mustSend(t, ctx, client, px, acme, onAcme), 200, "forwarded")
 	expect(t, "same ID on the JSON route", mustSend(t, ctx, client, px, jsonPath, onJSON), 200, "forwarded")
-	expect(t, "same ID on the header route again", settledSend(t, ctx, client, px, acme, onAcme), 200, "duplicate")
+	expect(t, "same ID on the header route again", mustSend(t, ctx, client, px, acme, onAcme), 200, "duplicate")
 }
 
 // TestBodyLimits: a route that must read the body refuses bodies over
@@ -284,7 +285,7 @@ func TestBodyLimits(t *testing.T) {
 	const limit = 2048
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"MAX_BODY_BYTES": fmt.Sprint(limit)}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	atLimit := jsonOfSize("obj_at_limit", limit)
 	expect(t, "JSON body of exactly MAX_BODY_BYTES", mustSend(t, ctx, client, px, jsonPath, atLimit), 200, "forwarded")
@@ -342,6 +343,40 @@ func TestBodyLimits(t *testing.T) {
 	}
 }
 
+// TestAppAnswersBeforeReadingBody: an app may answer a webhook from its
+// headers before it has read the body; the proxy completes the event once,
+// while the body is still streaming to the app. (Under -race this
+// also checks that fingerprinting the streaming body does not race with
+// settling the claim.)
+func TestAppAnswersBeforeReadingBody(t *testing.T) {
+	t.Parallel()
+	app := newUpstream(t)
+	px := startProxy(t, proxyEnv(app, nil))
+	ctx, client := testContext(t), newClient(t)
+
+	for n := range 40 {
+		ev := acme.Event(n)
+		ev.Body = bytes.Repeat([]byte{byte('a' + n%26)}, 200<<10)
+		send := func() answer {
+			req, err := acme.request(ctx, px.Addr, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Test-Answer-Early", ev.ID)
+			a, err := do(client, req)
+			if err != nil {
+				t.Fatalf("%s: %v", ev.ID, err)
+			}
+			return a
+		}
+		expect(t, ev.ID+" answered early", send(), 200, "forwarded")
+		expect(t, ev.ID+" redelivery", send(), 200, "duplicate")
+		if n := app.Effects(key(acme, ev.ID)); n != 1 {
+			t.Errorf("%s took effect %d times, want 1", ev.ID, n)
+		}
+	}
+}
+
 // jsonOfSize is a JSON-route event whose body is exactly size bytes.
 func jsonOfSize(id string, size int) event {
 	head, tail := `{"data":{"object":{"id":"`+id+`"}},"pad":"`, `"}`
@@ -354,7 +389,7 @@ func TestPassThrough(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	for _, tc := range []struct {
@@ -398,7 +433,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 	t.Parallel()
 	addr := loopbackAddr(t)
 	px := startProxy(t, map[string]string{"UPSTREAM_URL": "http://" + addr, "ROUTES": routes(allProviders...)})
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := acme.Event(1)
 	down := mustSend(t, ctx, client, px, acme, ev)
@@ -423,13 +458,15 @@ func TestUpstreamTimeout(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"UPSTREAM_TIMEOUT": "1s"}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	k := key(stripe, ev.ID)
 	release := app.Hold()
 	t.Cleanup(release)
 	slow := mustSend(t, ctx, client, px, stripe, ev)
+	// The app sees the proxy drop the request and rolls back; only then is it let go.
+	app.awaitAbandoned(t, k)
 	release()
 	if slow.Status != http.StatusGatewayTimeout {
 		t.Errorf("app slower than UPSTREAM_TIMEOUT: answered %s; want 504", slow)

@@ -14,7 +14,7 @@ func TestInvalidSignature(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, nil))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	for _, tc := range []struct {
@@ -59,7 +59,7 @@ func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"SHUTDOWN_DELAY": "1s", "SHUTDOWN_TIMEOUT": "10s"}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	release := app.Hold()

@@ -28,7 +28,7 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 
 	// WEBHOOK_DEDUP_BIN runs the tests against a binary built elsewhere
-	// (a release build, or one built with -race).
+	// (a release build, say).
 	binary = os.Getenv("WEBHOOK_DEDUP_BIN")
 	if binary == "" {
 		root, err := filepath.Abs("..")
@@ -37,10 +37,11 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 		binary = filepath.Join(dir, "webhook-dedup")
-		build := exec.Command("go", "build", "-o", binary, ".")
+		args := append([]string{"build", "-o", binary}, buildFlags...)
+		build := exec.Command("go", append(args, ".")...)
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: go build -o webhook-dedup . (in %s): %v\n%s", root, err, out)
+			fmt.Fprintf(os.Stderr, "e2e: %s (in %s): %v\n%s", build, root, err, out)
 			return 1
 		}
 	}

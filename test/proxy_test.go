@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,7 +51,43 @@ func startProxy(t testing.TB, env map[string]string) *proxy {
 	t.Helper()
 	p := launch(t, env)
 	p.waitHealthy()
+	t.Cleanup(func() {
+		p.Stop() // so that the logs are complete; launch's cleanup prints them on failure
+		checkLogs(t, p.Logs())
+	})
 	return p
+}
+
+// checkLogs asserts the proxy logged JSON lines only (LOG_FORMAT=json), and
+// never a secret or a body.
+func checkLogs(t testing.TB, logs string) {
+	t.Helper()
+	for _, sign := range crashSigns {
+		if strings.Contains(logs, sign) {
+			return // reported by launch; its report is not JSON either
+		}
+	}
+	var bad []string
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			bad = append(bad, line)
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("LOG_FORMAT=json, but %d log lines are not JSON objects, the first: %.300q", len(bad), bad[0])
+	}
+	for _, s := range secrets {
+		if strings.Contains(logs, s) {
+			t.Errorf("the logs contain the secret %q", s)
+		}
+	}
+	if strings.Contains(logs, bodyCanary) {
+		t.Errorf("the logs contain a request body (found %q)", bodyCanary)
+	}
 }
 
 // launch starts the process without waiting for it to serve.
@@ -100,8 +137,9 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 	return p
 }
 
-// crashSigns in the process's output fail the test: a data race (when
-// WEBHOOK_DEDUP_BIN was built with -race) or a panic in a handler.
+// crashSigns in the process's output fail the test: a data race (the
+// binary is built with -race when the tests run with -race) or a panic in
+// a handler.
 var crashSigns = []string{"WARNING: DATA RACE", "http: panic serving", "panic: "}
 
 // loopbackAddr is 127.0.0.1 with a port that was free a moment ago.
@@ -252,11 +290,15 @@ func (a answer) retryAfter() (int, error) {
 }
 
 // newClient is an HTTP client for senders: generous limits, so that only the
-// proxy's behaviour shapes what a test sees.
-func newClient() *http.Client {
+// proxy's behaviour shapes what a test sees. Its idle connections are closed
+// before the proxy stops (cleanups run last-in first-out), as a proxy
+// draining on SIGTERM waits up to 5s for connections that never carried a
+// request.
+func newClient(t testing.TB) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 256
 	tr.MaxIdleConnsPerHost = 256
+	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 

@@ -23,13 +23,12 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	srv := redistest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL()}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
 		t.Fatalf("readyz with Redis up: %v", err)
 	}
 	expect(t, "delivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "forwarded")
-	// The outage starts once that delivery's record is completed.
-	expect(t, "redelivery with Redis up", settledSend(t, ctx, client, px, acme, acme.Event(1)), 200, "duplicate")
+	expect(t, "redelivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "duplicate")
 
 	srv.Stop()
 	for _, p := range []provider{acme, stripe} {
@@ -48,16 +47,34 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	}
 
 	srv.Start()
+	// go-redis stops dialing a server that refused PoolSize dials and probes
+	// it once a second, so the proxy resumes within about a second of Redis
+	// answering (README: "Redis is down"). The sender retries 503s meanwhile.
 	ev := acme.Event(2)
-	expect(t, "first delivery after Redis is back", mustSend(t, ctx, client, px, acme, ev), 200, "forwarded")
+	deadline := time.Now().Add(recoveryDeadline)
+	var first answer
+	for {
+		first = mustSend(t, ctx, client, px, acme, ev)
+		if first.Dedup() != "store-unavailable" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the sender's backoff between retries
+	}
+	expect(t, "first delivery forwarded after Redis is back", first, 200, "forwarded")
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
 		t.Errorf("readyz after Redis is back: %v", err)
 	}
-	expect(t, "redelivery after Redis is back", settledSend(t, ctx, client, px, acme, ev), 200, "duplicate")
-	if n := app.Effects(key(acme, ev.ID)); n != 1 {
-		t.Errorf("took effect %d times, want 1", n)
+	if first.Dedup() == "forwarded" {
+		expect(t, "redelivery after Redis is back", mustSend(t, ctx, client, px, acme, ev), 200, "duplicate")
+		if n := app.Effects(key(acme, ev.ID)); n != 1 {
+			t.Errorf("took effect %d times, want 1", n)
+		}
 	}
 }
+
+// recoveryDeadline bounds how long after Redis answers again the proxy may
+// still answer 503: go-redis's one-second re-dial probe, with room for a busy machine.
+const recoveryDeadline = 3 * time.Second
 
 // TestStoreErrorForward: with ON_STORE_ERROR=forward and Redis down, every
 // delivery is forwarded (fail open) and marked forwarded-unchecked.
@@ -66,10 +83,9 @@ func TestStoreErrorForward(t *testing.T) {
 	srv := redistest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL(), "ON_STORE_ERROR": "forward"}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 	expect(t, "delivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "forwarded")
-	// The outage starts once that delivery's record is completed.
-	expect(t, "redelivery with Redis up", settledSend(t, ctx, client, px, acme, acme.Event(1)), 200, "duplicate")
+	expect(t, "redelivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "duplicate")
 
 	srv.Stop()
 	for _, p := range []provider{acme, stripe} {
@@ -106,7 +122,7 @@ func TestProxyKilledMidRequest(t *testing.T) {
 	doomed := startProxy(t, env)
 	// The survivor runs before the crash, so the whole lease is left to observe.
 	survivor := startProxy(t, env)
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ev := stripe.Event(1)
 	k := key(stripe, ev.ID)
@@ -173,7 +189,7 @@ func TestRedisKeys(t *testing.T) {
 		"UPSTREAM_TIMEOUT": "5s",
 		"LEASE_TTL":        "20s",
 	}))
-	ctx, client := testContext(t), newClient()
+	ctx, client := testContext(t), newClient(t)
 
 	ttl := func(k string) time.Duration {
 		t.Helper()
@@ -194,8 +210,8 @@ func TestRedisKeys(t *testing.T) {
 		{jsonPath, "e2e-keys:/hooks/json:" + jsonPath.Event(1).ID, time.Second},
 	} {
 		expect(t, tc.p.Name, mustSend(t, ctx, client, px, tc.p, tc.p.Event(1)), 200, "forwarded")
-		// Once a redelivery is a duplicate, the record is completed.
-		expect(t, tc.p.Name+" redelivery", settledSend(t, ctx, client, px, tc.p, tc.p.Event(1)), 200, "duplicate")
+		// The record is completed before the sender has its answer.
+		expect(t, tc.p.Name+" redelivery", mustSend(t, ctx, client, px, tc.p, tc.p.Event(1)), 200, "duplicate")
 		if got := ttl(tc.key); got < tc.minTTL {
 			t.Errorf("completed record %q: PTTL %s; want at least %s (-2ms: missing, -1ms: never expires). Keys: %q",
 				tc.key, got, tc.minTTL, redisKeys(srv.Addr))
@@ -221,7 +237,7 @@ func TestRedisKeys(t *testing.T) {
 	// DEDUP_TTL overrides every preset's lifetime.
 	short := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL(), "KEY_PREFIX": "e2e-short:", "DEDUP_TTL": "1h"}))
 	expect(t, "stripe with DEDUP_TTL=1h", mustSend(t, ctx, client, short, stripe, stripe.Event(2)), 200, "forwarded")
-	expect(t, "stripe redelivery with DEDUP_TTL=1h", settledSend(t, ctx, client, short, stripe, stripe.Event(2)), 200, "duplicate")
+	expect(t, "stripe redelivery with DEDUP_TTL=1h", mustSend(t, ctx, client, short, stripe, stripe.Event(2)), 200, "duplicate")
 	if got := ttl("e2e-short:stripe:" + stripe.Event(2).ID); got <= 0 || got > time.Hour {
 		t.Errorf("with DEDUP_TTL=1h the completed record's PTTL is %s; want in (0, 1h]", got)
 	}

@@ -1,0 +1,173 @@
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"debug/buildinfo"
+	"debug/elf"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestImageBinaryIsStatic(t *testing.T) {
+	b := builtBinary(t)
+	f, err := elf.Open(b.binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		switch p.Type {
+		case elf.PT_INTERP:
+			t.Error("the binary has a PT_INTERP program header: it needs a dynamic loader, which distroless static lacks")
+		case elf.PT_DYNAMIC:
+			t.Error("the binary has a PT_DYNAMIC program header: it links shared libraries")
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err != nil || len(libs) > 0 {
+		t.Errorf("imported libraries: %v (%v), want none", libs, err)
+	}
+
+	info, err := buildinfo.ReadFile(b.binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
+		t.Errorf("build settings CGO_ENABLED=%q -trimpath=%q, want 0 and true", settings["CGO_ENABLED"], settings["-trimpath"])
+	}
+	data, err := os.ReadFile(b.binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(data, []byte(b.context)) {
+		t.Errorf("the binary contains the build directory %s: -trimpath did not apply", b.context)
+	}
+}
+
+func TestImageBinaryVersionIsStamped(t *testing.T) {
+	b := builtBinary(t)
+	info, err := buildinfo.ReadFile(b.binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(b.binary, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("webhook-dedup version: %v\n%s", err, out)
+	}
+	for _, want := range []string{buildVersion, buildCommit, info.GoVersion} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("webhook-dedup version printed %q, want it to contain %q", out, want)
+		}
+	}
+}
+
+// The image's HEALTHCHECK command, run as Docker would: it fails while
+// nothing serves, passes once webhook-dedup is ready, and fails again after
+// it stopped.
+func TestImageHealthcheck(t *testing.T) {
+	b := builtBinary(t)
+	stages, err := readDockerfile(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, _ := stages[len(stages)-1].last("HEALTHCHECK")
+	rest, _ := stripFlags(hc.args)
+	argv, ok := execForm(strings.TrimSpace(strings.TrimPrefix(rest, "CMD")))
+	if !ok {
+		t.Fatalf("HEALTHCHECK %q is not in exec form", hc.args)
+	}
+	adminAddr := freeAddr(t)
+	healthcheck := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, b.binary, argv[1:]...)
+		cmd.Env = []string{"ADMIN_ADDR=" + adminAddr}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	if err := healthcheck(); err == nil {
+		t.Fatal("healthcheck passed with nothing listening on ADMIN_ADDR")
+	}
+
+	serve := exec.Command(b.binary)
+	serve.Env = []string{
+		"UPSTREAM_URL=http://" + freeAddr(t),
+		"LISTEN_ADDR=" + freeAddr(t),
+		"ADMIN_ADDR=" + adminAddr,
+		"LOG_LEVEL=error",
+	}
+	// A file, not a buffer: the process writes it directly, so reading it
+	// while the process runs is no data race.
+	logPath := filepath.Join(t.TempDir(), "webhook-dedup.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	logs := func() string { data, _ := os.ReadFile(logPath); return string(data) }
+	serve.Stdout, serve.Stderr = logFile, logFile
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = serve.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = serve.Process.Kill() // fails harmlessly if it already exited
+		<-exited
+	})
+
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for err := healthcheck(); err != nil; err = healthcheck() {
+		select {
+		case <-exited:
+			t.Fatalf("webhook-dedup exited before it was ready: %v\n%s", waitErr, logs())
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("healthcheck still failing after 15s: %v\nlogs:\n%s", err, logs())
+		}
+	}
+
+	if err := serve.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("webhook-dedup after SIGINT: %v\n%s", waitErr, logs())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("webhook-dedup did not exit within 30s of SIGINT")
+	}
+	if err := healthcheck(); err == nil {
+		t.Error("healthcheck passed after webhook-dedup exited")
+	}
+}
+
+// freeAddr returns a loopback address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}

@@ -1,0 +1,15 @@
+package proxy_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if any test leaves a goroutine running: a
+// handler stuck on a hostile client, a claim's release never run, a
+// connection never closed. Tests close their servers, clients and stores
+// in t.Cleanup, so nothing needs to be ignored.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

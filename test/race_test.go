@@ -1,0 +1,7 @@
+//go:build race
+
+package test
+
+// buildFlags build the binary with -race when the tests run with -race, so
+// that the end-to-end load checks the real process for data races too.
+var buildFlags = []string{"-race"}
