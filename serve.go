@@ -214,8 +214,6 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 		Timeout:          cfg.RedisTimeout,
 		WaitReplicas:     cfg.RedisWaitReplicas,
 		WaitTimeout:      cfg.RedisWaitTimeout,
-		// go-redis's own lines (reconnects, master switches), in our format.
-		Logf: log.Named("redis").Sugar().Warnf,
 	}
 	mode, variable := "standalone", "REDIS_URL"
 	switch {

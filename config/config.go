@@ -407,11 +407,13 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 			c.RedisPassword = p
 		}
 	}
-	if _, ok := urlUser.Password(); ok && c.RedisPassword != "" {
-		bad("REDIS_PASSWORD", "REDIS_URL holds a password too: set one of them")
+	// The same password in both is fine (a Kubernetes manifest may expand
+	// $(REDIS_PASSWORD) into REDIS_URL); two different ones are a mistake.
+	if p, ok := urlUser.Password(); ok && c.RedisPassword != "" && p != c.RedisPassword {
+		bad("REDIS_PASSWORD", "differs from the password in REDIS_URL: set one of them")
 	}
-	if urlUser.Username() != "" && c.RedisUsername != "" {
-		bad("REDIS_USERNAME", "REDIS_URL holds a username too: set one of them")
+	if u := urlUser.Username(); u != "" && c.RedisUsername != "" && u != c.RedisUsername {
+		bad("REDIS_USERNAME", "differs from the username in REDIS_URL: set one of them")
 	}
 
 	urlTLS := strings.HasPrefix(c.RedisURL, "rediss://")

@@ -38,6 +38,8 @@ func TestRedisModes(t *testing.T) {
 				t.Errorf("RedisPassword = %q, want the file's content trimmed", c.RedisPassword)
 			}
 		}},
+		// As the Kubernetes overlay does: $(REDIS_PASSWORD) expanded into REDIS_URL.
+		{"same password in URL and variable", map[string]string{"REDIS_URL": "redis://u:s3cret@r:6379/0", "REDIS_PASSWORD": "s3cret", "REDIS_USERNAME": "u"}, nil},
 		{"mutual TLS on a cluster", map[string]string{
 			"REDIS_CLUSTER_ADDRS": "r:7000", "REDIS_TLS": "true", "REDIS_TLS_CA_FILE": certs.CAFile,
 			"REDIS_TLS_CERT_FILE": certs.ClientCertFile, "REDIS_TLS_KEY_FILE": certs.ClientKeyFile, "REDIS_TLS_SERVER_NAME": "redis.internal",
@@ -80,9 +82,10 @@ func TestRedisModes(t *testing.T) {
 func TestRedisErrorsNameTheVariable(t *testing.T) {
 	certs := redistest.NewCerts(t)
 	dir := t.TempDir()
+	secret := filepath.Join(dir, "password")
 	empty := filepath.Join(dir, "empty")
 	notPEM := filepath.Join(dir, "not.pem")
-	for path, content := range map[string]string{empty: " \n", notPEM: "not a certificate"} {
+	for path, content := range map[string]string{secret: "s3cret\n", empty: " \n", notPEM: "not a certificate"} {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -103,8 +106,9 @@ func TestRedisErrorsNameTheVariable(t *testing.T) {
 		{"password twice", map[string]string{"REDIS_URL": url, "REDIS_PASSWORD": "a", "REDIS_PASSWORD_FILE": empty}, "REDIS_PASSWORD_FILE: set together with REDIS_PASSWORD"},
 		{"password file missing", map[string]string{"REDIS_URL": url, "REDIS_PASSWORD_FILE": filepath.Join(dir, "absent")}, "REDIS_PASSWORD_FILE"},
 		{"password file empty", map[string]string{"REDIS_URL": url, "REDIS_PASSWORD_FILE": empty}, "REDIS_PASSWORD_FILE"},
-		{"password in URL and variable", map[string]string{"REDIS_URL": "redis://:a@r:6379", "REDIS_PASSWORD": "b"}, "REDIS_PASSWORD: REDIS_URL holds a password"},
-		{"username in URL and variable", map[string]string{"REDIS_URL": "redis://u:a@r:6379", "REDIS_USERNAME": "v"}, "REDIS_USERNAME"},
+		{"passwords in URL and variable differ", map[string]string{"REDIS_URL": "redis://:a@r:6379", "REDIS_PASSWORD": "b"}, "REDIS_PASSWORD: differs from the password in REDIS_URL"},
+		{"password file differs from URL", map[string]string{"REDIS_URL": "redis://:a@r:6379", "REDIS_PASSWORD_FILE": secret}, "REDIS_PASSWORD: differs"},
+		{"usernames in URL and variable differ", map[string]string{"REDIS_URL": "redis://u:a@r:6379", "REDIS_USERNAME": "v"}, "REDIS_USERNAME: differs"},
 		{"TLS with redis://", map[string]string{"REDIS_URL": url, "REDIS_TLS": "true"}, "REDIS_TLS: REDIS_URL does not start with rediss://"},
 		{"TLS not a bool", map[string]string{"REDIS_CLUSTER_ADDRS": cluster, "REDIS_TLS": "sure"}, "REDIS_TLS"},
 		{"CA file with TLS off", map[string]string{"REDIS_CLUSTER_ADDRS": cluster, "REDIS_TLS_CA_FILE": certs.CAFile}, "REDIS_TLS_CA_FILE: TLS is off"},

@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -60,11 +59,6 @@ type RedisConfig struct {
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT. Zero: 250ms.
 	WaitTimeout time.Duration
-
-	// Logf, if not nil, receives the lines go-redis logs (reconnects,
-	// Sentinel master switches). go-redis has one logger per process, so
-	// this replaces it for every client. Nil: go-redis logs to stderr.
-	Logf func(format string, args ...any)
 }
 
 // RedisTLS is how to check the Redis servers' certificates and which
@@ -102,9 +96,6 @@ var ErrNotReplicated = errors.New("dedup: too few replicas acknowledged the writ
 func OpenRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.WaitReplicas < 0 {
 		return nil, fmt.Errorf("dedup: WaitReplicas %d is negative", cfg.WaitReplicas)
-	}
-	if cfg.Logf != nil {
-		redis.SetLogger(logf(cfg.Logf))
 	}
 	client, err := newClient(cfg)
 	if err != nil {
@@ -257,11 +248,6 @@ func (t *RedisTLS) config() (*tls.Config, error) {
 	}
 	return c, nil
 }
-
-// logf adapts a printf-style function to go-redis's logger.
-type logf func(format string, args ...any)
-
-func (f logf) Printf(_ context.Context, format string, args ...any) { f(format, args...) }
 
 func orDefault[T comparable](v, def T) T {
 	var zero T
