@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // RedisConfig says how to reach Redis: one server (URL), a Redis Cluster
@@ -150,8 +151,9 @@ func newClient(cfg RedisConfig) (Client, error) {
 			ReadTimeout: timeout, WriteTimeout: timeout,
 			PoolSize: pool,
 			// See newURLClient.
-			DialerRetries:         1,
-			ContextTimeoutEnabled: true,
+			DialerRetries:            1,
+			ContextTimeoutEnabled:    true,
+			MaintNotificationsConfig: noMaintNotifications(),
 		}), nil
 	}
 	if cfg.SentinelMaster == "" {
@@ -220,7 +222,18 @@ func newURLClient(cfg RedisConfig) (Client, error) {
 	opt.DialerRetries = 1
 	// A request's deadline bounds its Redis call too.
 	opt.ContextTimeoutEnabled = true
+	opt.MaintNotificationsConfig = noMaintNotifications()
 	return redis.NewClient(opt), nil
+}
+
+// noMaintNotifications turns off go-redis's maintenance notifications, a
+// Redis Enterprise feature. In its default "auto" mode go-redis asks for
+// them on every new connection and, when the server says no (as open-source
+// Redis does), rewrites options that a client shares with the Conns taken
+// from it for WAIT: a data race. (Its failover client already turns them
+// off.)
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // config loads the files into a client TLS configuration.

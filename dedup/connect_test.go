@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
@@ -388,6 +389,30 @@ func TestOpenRedisModeDefaults(t *testing.T) {
 				t.Errorf("set: DialTimeout %s, ReadTimeout %s, WriteTimeout %s, PoolSize %d; want 3s, 300ms, 300ms, 7", dial, read, write, pool)
 			}
 		})
+	}
+}
+
+// TestOpenRedisNoMaintNotifications: go-redis's maintenance notifications
+// stay off, since its "auto" mode races with the Conns taken for WAIT.
+func TestOpenRedisNoMaintNotifications(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  RedisConfig
+		mode func(Client) maintnotifications.Mode
+	}{
+		{"URL", RedisConfig{URL: "redis://127.0.0.1:6379"}, func(c Client) maintnotifications.Mode {
+			return c.(*redis.Client).Options().MaintNotificationsConfig.Mode
+		}},
+		{"cluster", RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000"}}, func(c Client) maintnotifications.Mode {
+			return c.(*redis.ClusterClient).Options().MaintNotificationsConfig.Mode
+		}},
+		{"sentinel", RedisConfig{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, func(c Client) maintnotifications.Mode {
+			return c.(*redis.Client).Options().MaintNotificationsConfig.Mode
+		}},
+	} {
+		if got := tc.mode(open(t, tc.cfg).client); got != maintnotifications.ModeDisabled {
+			t.Errorf("%s: maintenance notifications %q, want %q", tc.name, got, maintnotifications.ModeDisabled)
+		}
 	}
 }
 
