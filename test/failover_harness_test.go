@@ -62,24 +62,33 @@ type failoverResult struct {
 	elapsed     time.Duration
 }
 
-// window is the span between the first and the last 503, and how long
-// after the kill each came.
-func (r failoverResult) window() (span, first, last time.Duration) {
-	if len(r.unavailable) == 0 {
-		return 0, 0, 0
+// window is the span from the first 503 at or after the kill to the last
+// one, and how long after the kill each came; early counts the 503s
+// before the kill (a WAIT that timed out on a busy machine, say).
+func (r failoverResult) window() (span, first, last time.Duration, early int) {
+	var after []time.Time
+	for _, at := range r.unavailable {
+		if at.Before(r.times.killed) {
+			early++
+		} else {
+			after = append(after, at)
+		}
 	}
-	first = r.unavailable[0].Sub(r.times.killed)
-	last = r.unavailable[len(r.unavailable)-1].Sub(r.times.killed)
-	return last - first, first, last
+	if len(after) == 0 {
+		return 0, 0, 0, early
+	}
+	first = after[0].Sub(r.times.killed)
+	last = after[len(after)-1].Sub(r.times.killed)
+	return last - first, first, last, early
 }
 
 func (r failoverResult) summary(setup failoverSetup) string {
-	span, first, last := r.window()
+	span, first, last, early := r.window()
 	return fmt.Sprintf("e2e failover [%s REDIS_WAIT_REPLICAS=%d]: events=%d deliveries=%d requests=%d lost=%d processed-twice=%d "+
-		"late-redeliveries-forwarded=%d 503s=%d 503-window=%s (first +%s, last +%s after the kill) in-flight-409s=%d "+
+		"late-redeliveries-forwarded=%d 503s=%d (before the kill: %d) 503-window=%s (first +%s, last +%s after the kill) in-flight-409s=%d "+
 		"promoted +%s rejoined +%s in %s",
 		setup.name, setup.waitReplicas, r.events, r.deliveries, r.requests, r.lost, r.twice,
-		r.redelivered, len(r.unavailable), span.Round(time.Millisecond), first.Round(time.Millisecond), last.Round(time.Millisecond), r.inFlight,
+		r.redelivered, len(r.unavailable), early, span.Round(time.Millisecond), first.Round(time.Millisecond), last.Round(time.Millisecond), r.inFlight,
 		r.times.promoted.Sub(r.times.killed).Round(time.Millisecond), r.times.rejoined.Sub(r.times.killed).Round(time.Millisecond),
 		r.elapsed.Round(time.Millisecond))
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,7 +68,9 @@ func NewCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	c := &Cluster{t: t}
 	n := 3 * (1 + cfg.ReplicasPerMaster)
 	for range n {
-		s := newServer(t, args...)
+		// The cluster bus gets a port of its own: the default, the
+		// client port + 10000, may be taken or past 65535.
+		s := newServer(t, append(slices.Clone(args), "--cluster-port", strconv.Itoa(FreePort(t)))...)
 		if cfg.Certs != nil {
 			s.TLS = cfg.Certs.ClientConfig(t)
 		}

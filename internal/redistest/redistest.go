@@ -9,11 +9,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -143,15 +145,43 @@ func (s *Server) URL() string {
 	return "redis://" + s.Addr
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// Ports handed out are drawn from below the kernel's ephemeral range
+// (Linux: 32768-60999, macOS: from 49152): a port picked there could be
+// taken by some outgoing connection between the pick and the server's
+// bind. Within this process a port is handed out once.
+const (
+	firstPort = 20000
+	lastPort  = 32767
+)
+
+var (
+	portsMu sync.Mutex
+	// portsGiven is process-wide, as the tests that share the loopback
+	// interface are.
+	portsGiven = map[int]bool{}
+)
+
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// this process has not handed out before.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := firstPort + rand.IntN(lastPort-firstPort+1)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free loopback port between %d and %d", firstPort, lastPort)
+	return 0
 }
 
 // WaitPing polls addr with the RESP PING command until it answers +PONG or
