@@ -34,19 +34,25 @@ func open(t testing.TB, cfg RedisConfig) *Redis {
 // than the default 250ms to acknowledge.
 const ackTimeout = 2 * time.Second
 
+// aclUser is redis-server arguments creating the user "dedup" (password
+// "s3cret") with the least the store needs, as the README advises, on the
+// tests' keys.
+var aclUser = []string{"--user", "dedup", "on", ">s3cret", "~dedup-test:*", "~tls:*",
+	"+@read", "+@write", "+@scripting", "+@connection", "+wait", "+cluster|shards", "+cluster|slots"}
+
 // TestRedisCluster runs the conformance suite on a Redis Cluster of three
 // masters with a replica each, without and with WAIT, and checks that WAIT
 // counts the replica of the master that holds the key.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
-	cl := redistest.NewCluster(t, redistest.ClusterConfig{ReplicasPerMaster: 1})
+	cl := redistest.NewCluster(t, redistest.ClusterConfig{ReplicasPerMaster: 1, Args: aclUser})
 	// Two seeds: the client discovers the other nodes.
 	seeds := cl.Addrs()[:2]
 	t.Run("conformance", func(t *testing.T) {
 		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds}))
 	})
-	t.Run("conformance waiting for one replica", func(t *testing.T) {
-		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds, WaitReplicas: 1, WaitTimeout: ackTimeout}))
+	t.Run("conformance waiting for one replica, as an ACL user", func(t *testing.T) {
+		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds, Username: "dedup", Password: "s3cret", WaitReplicas: 1, WaitTimeout: ackTimeout}))
 	})
 	t.Run("client kind", func(t *testing.T) {
 		s := open(t, RedisConfig{ClusterAddrs: seeds})
@@ -227,9 +233,7 @@ func TestRedisTLS(t *testing.T) {
 	certs := redistest.NewCerts(t)
 	// The default user may only PING (the fixture's readiness check), so
 	// every store call proves the ACL user is the one logged in.
-	srv := redistest.NewTLS(t, certs,
-		"--user", "default", "on", "nopass", "-@all", "+ping",
-		"--user", "dedup", "on", ">s3cret", "~*", "+@all")
+	srv := redistest.NewTLS(t, certs, append([]string{"--user", "default", "on", "nopass", "-@all", "+ping"}, aclUser...)...)
 	good := RedisConfig{
 		URL: srv.URL(), Username: "dedup", Password: "s3cret",
 		TLS: &RedisTLS{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile},
