@@ -45,7 +45,8 @@ type Redis struct {
 	// waitReplicas is how many replicas must acknowledge a claim or a
 	// completion; zero: no WAIT.
 	waitReplicas int
-	waitTimeout  time.Duration
+	// waitTimeout bounds each WAIT.
+	waitTimeout time.Duration
 }
 
 // NewRedis returns a store that uses c. Close closes c.
