@@ -215,15 +215,16 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 		WaitReplicas:     cfg.RedisWaitReplicas,
 		WaitTimeout:      cfg.RedisWaitTimeout,
 	}
+	if !cfg.UsesRedis() {
+		log.Warn("no Redis configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		return dedup.NewMemory(), nil
+	}
 	mode, variable := "standalone", "REDIS_URL"
 	switch {
 	case len(rc.ClusterAddrs) > 0:
 		mode, variable = "cluster", "REDIS_CLUSTER_ADDRS"
 	case len(rc.SentinelAddrs) > 0:
 		mode, variable = "sentinel", "REDIS_SENTINEL_ADDRS"
-	case rc.URL == "":
-		log.Warn("no Redis configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
-		return dedup.NewMemory(), nil
 	}
 	if cfg.RedisTLS || strings.HasPrefix(rc.URL, "rediss://") {
 		rc.TLS = &dedup.RedisTLS{

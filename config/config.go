@@ -30,7 +30,7 @@ type Config struct {
 	AdminAddr   string `env:"ADMIN_ADDR" envDefault:":9090" desc:"/healthz, /readyz, /metrics and the admin API"`
 	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE; longest whole-segment prefix wins"`
 
-	RedisURL  string `env:"REDIS_URL" desc:"redis:// or rediss:// URL; empty: embedded in-memory store (one replica only)"`
+	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
 
 	// Redis beyond one server: cluster, Sentinel, credentials, TLS, pool,
@@ -261,6 +261,12 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 		return nil, errors.New("no route")
 	}
 	return specs, nil
+}
+
+// UsesRedis reports whether a Redis is configured in any mode; if not, the
+// embedded in-memory store is used.
+func (c *Config) UsesRedis() bool {
+	return c.RedisURL != "" || len(c.RedisClusterAddrs) > 0 || len(c.RedisSentinelAddrs) > 0
 }
 
 // ProviderOptions is what the providers package needs to build sources.
