@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -199,13 +200,48 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 }
 
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
-	if cfg.RedisURL == "" {
-		log.Warn("REDIS_URL is empty: using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+	rc := dedup.RedisConfig{
+		URL:              cfg.RedisURL,
+		ClusterAddrs:     cfg.RedisClusterAddrs,
+		SentinelAddrs:    cfg.RedisSentinelAddrs,
+		SentinelMaster:   cfg.RedisSentinelMaster,
+		SentinelUsername: cfg.RedisSentinelUsername,
+		SentinelPassword: cfg.RedisSentinelPassword,
+		Username:         cfg.RedisUsername,
+		Password:         cfg.RedisPassword,
+		PoolSize:         cfg.RedisPoolSize,
+		DialTimeout:      cfg.RedisDialTimeout,
+		Timeout:          cfg.RedisTimeout,
+		WaitReplicas:     cfg.RedisWaitReplicas,
+		WaitTimeout:      cfg.RedisWaitTimeout,
+	}
+	if !cfg.UsesRedis() {
+		log.Warn("no Redis configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
-	st, err := dedup.OpenRedis(dedup.RedisConfig{URL: cfg.RedisURL})
+	mode, variable := "standalone", "REDIS_URL"
+	switch {
+	case len(rc.ClusterAddrs) > 0:
+		mode, variable = "cluster", "REDIS_CLUSTER_ADDRS"
+	case len(rc.SentinelAddrs) > 0:
+		mode, variable = "sentinel", "REDIS_SENTINEL_ADDRS"
+	}
+	if cfg.RedisTLS || strings.HasPrefix(rc.URL, "rediss://") {
+		rc.TLS = &dedup.RedisTLS{
+			CAFile:     cfg.RedisTLSCAFile,
+			CertFile:   cfg.RedisTLSCertFile,
+			KeyFile:    cfg.RedisTLSKeyFile,
+			ServerName: cfg.RedisTLSServerName,
+		}
+	}
+	st, err := dedup.OpenRedis(rc)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, fmt.Errorf("%s: %w", variable, err)
+	}
+	log.Info("store: redis", zap.String("mode", mode), zap.Bool("tls", rc.TLS != nil),
+		zap.Int("wait_replicas", rc.WaitReplicas), zap.Duration("timeout", rc.Timeout))
+	if mode != "standalone" && rc.WaitReplicas == 0 {
+		log.Info("REDIS_WAIT_REPLICAS is 0: a failover may lose the last records the master acknowledged, and let a duplicate through")
 	}
 	return st, nil
 }

@@ -3,11 +3,16 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,8 +30,29 @@ type Config struct {
 	AdminAddr   string `env:"ADMIN_ADDR" envDefault:":9090" desc:"/healthz, /readyz, /metrics and the admin API"`
 	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE; longest whole-segment prefix wins"`
 
-	RedisURL  string `env:"REDIS_URL" desc:"redis:// or rediss:// URL; empty: embedded in-memory store (one replica only)"`
+	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
+
+	// Redis beyond one server: cluster, Sentinel, credentials, TLS, pool,
+	// timeouts and replication safety (validated by completeRedis).
+	RedisClusterAddrs     []string      `env:"REDIS_CLUSTER_ADDRS" desc:"comma-separated host:port seeds of a Redis Cluster (instead of REDIS_URL)"`
+	RedisSentinelAddrs    []string      `env:"REDIS_SENTINEL_ADDRS" desc:"comma-separated host:port of the Sentinels watching REDIS_SENTINEL_MASTER (instead of REDIS_URL)"`
+	RedisSentinelMaster   string        `env:"REDIS_SENTINEL_MASTER" desc:"the master's name in the Sentinels' configuration (required with REDIS_SENTINEL_ADDRS)"`
+	RedisSentinelUsername string        `env:"REDIS_SENTINEL_USERNAME" desc:"ACL username for the Sentinels; empty: none"`
+	RedisSentinelPassword string        `env:"REDIS_SENTINEL_PASSWORD" desc:"password for the Sentinels; empty: none"`
+	RedisUsername         string        `env:"REDIS_USERNAME" desc:"ACL username for Redis; empty: the URL's, or the default user"`
+	RedisPassword         string        `env:"REDIS_PASSWORD" desc:"password for Redis; empty: the URL's, or none"`
+	RedisPasswordFile     string        `env:"REDIS_PASSWORD_FILE" desc:"file holding the Redis password (a mounted Secret), read at start and trimmed; instead of REDIS_PASSWORD"`
+	RedisTLS              bool          `env:"REDIS_TLS" envDefault:"false" desc:"TLS to the cluster nodes or the Sentinels and their servers (for REDIS_URL, write rediss://)"`
+	RedisTLSCAFile        string        `env:"REDIS_TLS_CA_FILE" desc:"PEM CA certificates that sign the Redis servers' certificates; empty: the system's roots"`
+	RedisTLSCertFile      string        `env:"REDIS_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS (with REDIS_TLS_KEY_FILE)"`
+	RedisTLSKeyFile       string        `env:"REDIS_TLS_KEY_FILE" desc:"PEM private key of REDIS_TLS_CERT_FILE"`
+	RedisTLSServerName    string        `env:"REDIS_TLS_SERVER_NAME" desc:"name every Redis certificate must carry; empty: the host dialled"`
+	RedisPoolSize         int           `env:"REDIS_POOL_SIZE" envDefault:"0" desc:"most connections to each Redis server; 0: ten per CPU"`
+	RedisDialTimeout      time.Duration `env:"REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"limit on opening a connection to Redis"`
+	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis command's reply; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less"`
+	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
+	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
 
 	DedupTTL        time.Duration `env:"DEDUP_TTL" desc:"lifetime of completed records on every route; empty: each preset's own (generic sources: 72h)"`
 	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
@@ -119,6 +145,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL")
 		}
 	}
+	c.completeRedis(bad)
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
 	}
@@ -236,6 +263,12 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 	return specs, nil
 }
 
+// UsesRedis reports whether a Redis is configured in any mode; if not, the
+// embedded in-memory store is used.
+func (c *Config) UsesRedis() bool {
+	return c.RedisURL != "" || len(c.RedisClusterAddrs) > 0 || len(c.RedisSentinelAddrs) > 0
+}
+
 // ProviderOptions is what the providers package needs to build sources.
 func (c *Config) ProviderOptions() providers.Options {
 	return providers.Options{Secrets: c.Secrets, URLs: c.URLs, Tolerance: c.SignatureTolerance, TTL: c.DedupTTL}
@@ -317,4 +350,155 @@ func WriteUsage(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, def, v.Description)
 	}
 	return tw.Flush()
+}
+
+// completeRedis validates the Redis settings beyond REDIS_URL, reads
+// REDIS_PASSWORD_FILE into RedisPassword and derives RedisTimeout.
+func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
+	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
+	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
+	var modes []string
+	for _, m := range []struct {
+		name string
+		set  bool
+	}{
+		{"REDIS_URL", c.RedisURL != ""},
+		{"REDIS_CLUSTER_ADDRS", len(c.RedisClusterAddrs) > 0},
+		{"REDIS_SENTINEL_ADDRS", len(c.RedisSentinelAddrs) > 0},
+	} {
+		if m.set {
+			modes = append(modes, m.name)
+		}
+	}
+	if len(modes) > 1 {
+		bad(modes[1], "set together with %s: choose one way to reach Redis", modes[0])
+	}
+	for _, list := range []struct {
+		name  string
+		addrs []string
+	}{{"REDIS_CLUSTER_ADDRS", c.RedisClusterAddrs}, {"REDIS_SENTINEL_ADDRS", c.RedisSentinelAddrs}} {
+		for _, a := range list.addrs {
+			host, port, err := net.SplitHostPort(a)
+			if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+				bad(list.name, "%q is not host:port", a)
+			}
+		}
+	}
+	sentinel := len(c.RedisSentinelAddrs) > 0
+	if sentinel && c.RedisSentinelMaster == "" {
+		bad("REDIS_SENTINEL_MASTER", "required with REDIS_SENTINEL_ADDRS")
+	}
+	for _, v := range []struct{ name, value string }{
+		{"REDIS_SENTINEL_MASTER", c.RedisSentinelMaster},
+		{"REDIS_SENTINEL_USERNAME", c.RedisSentinelUsername},
+		{"REDIS_SENTINEL_PASSWORD", c.RedisSentinelPassword},
+	} {
+		if v.value != "" && !sentinel {
+			bad(v.name, "needs REDIS_SENTINEL_ADDRS")
+		}
+	}
+
+	var urlUser *url.Userinfo
+	if u, err := url.Parse(c.RedisURL); err == nil {
+		urlUser = u.User
+	}
+	if c.RedisPasswordFile != "" {
+		if c.RedisPassword != "" {
+			bad("REDIS_PASSWORD_FILE", "set together with REDIS_PASSWORD: choose one")
+		} else if b, err := os.ReadFile(c.RedisPasswordFile); err != nil {
+			bad("REDIS_PASSWORD_FILE", "%v", err)
+		} else if p := strings.TrimSpace(string(b)); p == "" {
+			bad("REDIS_PASSWORD_FILE", "%s is empty", c.RedisPasswordFile)
+		} else {
+			c.RedisPassword = p
+		}
+	}
+	// The same password in both is fine (a Kubernetes manifest may expand
+	// $(REDIS_PASSWORD) into REDIS_URL); two different ones are a mistake.
+	if p, ok := urlUser.Password(); ok && c.RedisPassword != "" && p != c.RedisPassword {
+		bad("REDIS_PASSWORD", "differs from the password in REDIS_URL: set one of them")
+	}
+	if u := urlUser.Username(); u != "" && c.RedisUsername != "" && u != c.RedisUsername {
+		bad("REDIS_USERNAME", "differs from the username in REDIS_URL: set one of them")
+	}
+
+	urlTLS := strings.HasPrefix(c.RedisURL, "rediss://")
+	if c.RedisTLS && c.RedisURL != "" && !urlTLS {
+		bad("REDIS_TLS", "REDIS_URL does not start with rediss://: write rediss:// for TLS")
+	}
+	tlsFiles := []struct{ name, value string }{
+		{"REDIS_TLS_CA_FILE", c.RedisTLSCAFile}, {"REDIS_TLS_CERT_FILE", c.RedisTLSCertFile},
+		{"REDIS_TLS_KEY_FILE", c.RedisTLSKeyFile}, {"REDIS_TLS_SERVER_NAME", c.RedisTLSServerName},
+	}
+	for _, f := range tlsFiles {
+		if f.value != "" && !c.RedisTLS && !urlTLS && len(modes) > 0 {
+			bad(f.name, "TLS is off: set REDIS_TLS=true, or write rediss:// in REDIS_URL")
+		}
+	}
+	if c.RedisTLSCAFile != "" {
+		if pem, err := os.ReadFile(c.RedisTLSCAFile); err != nil {
+			bad("REDIS_TLS_CA_FILE", "%v", err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			bad("REDIS_TLS_CA_FILE", "%s holds no PEM certificate", c.RedisTLSCAFile)
+		}
+	}
+	switch {
+	case c.RedisTLSCertFile != "" && c.RedisTLSKeyFile == "":
+		bad("REDIS_TLS_KEY_FILE", "required with REDIS_TLS_CERT_FILE")
+	case c.RedisTLSCertFile == "" && c.RedisTLSKeyFile != "":
+		bad("REDIS_TLS_CERT_FILE", "required with REDIS_TLS_KEY_FILE")
+	case c.RedisTLSCertFile != "":
+		if _, err := tls.LoadX509KeyPair(c.RedisTLSCertFile, c.RedisTLSKeyFile); err != nil {
+			bad("REDIS_TLS_CERT_FILE", "%v", err)
+		}
+	}
+
+	if len(modes) == 0 {
+		// Without Redis these would be ignored in silence, and the proxy
+		// would run on the embedded store the operator did not mean.
+		redisOnly := append([]struct{ name, value string }{
+			{"REDIS_USERNAME", c.RedisUsername}, {"REDIS_PASSWORD", c.RedisPassword}, {"REDIS_PASSWORD_FILE", c.RedisPasswordFile},
+		}, tlsFiles...)
+		if c.RedisTLS {
+			redisOnly = append(redisOnly, struct{ name, value string }{"REDIS_TLS", "true"})
+		}
+		if c.RedisWaitReplicas > 0 {
+			redisOnly = append(redisOnly, struct{ name, value string }{"REDIS_WAIT_REPLICAS", strconv.Itoa(c.RedisWaitReplicas)})
+		}
+		for _, v := range redisOnly {
+			if v.value != "" {
+				bad(v.name, "set, but no Redis is configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS)")
+			}
+		}
+	}
+
+	if c.RedisPoolSize < 0 {
+		bad("REDIS_POOL_SIZE", "must not be negative, got %d", c.RedisPoolSize)
+	}
+	if c.RedisDialTimeout <= 0 {
+		bad("REDIS_DIAL_TIMEOUT", "must be a positive duration, got %s", c.RedisDialTimeout)
+	}
+	// Every forwarded request waits for the store before and after the
+	// app: the store must answer far sooner than the app may take.
+	limit := c.UpstreamTimeout / 4
+	switch {
+	case c.RedisTimeout == 0 && limit > 0:
+		c.RedisTimeout = min(time.Second, limit)
+	case c.RedisTimeout == 0:
+		c.RedisTimeout = time.Second // UPSTREAM_TIMEOUT is wrong, and said so
+	case c.RedisTimeout < 0:
+		bad("REDIS_TIMEOUT", "must be a positive duration, got %s", c.RedisTimeout)
+	case limit > 0 && c.RedisTimeout > limit:
+		bad("REDIS_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.RedisTimeout, c.UpstreamTimeout)
+	}
+	if c.RedisWaitReplicas < 0 {
+		bad("REDIS_WAIT_REPLICAS", "must not be negative, got %d", c.RedisWaitReplicas)
+	}
+	if c.RedisWaitReplicas > 0 {
+		if c.RedisWaitTimeout <= 0 {
+			bad("REDIS_WAIT_TIMEOUT", "must be a positive duration, got %s", c.RedisWaitTimeout)
+		} else if c.RedisTimeout > 0 && c.RedisWaitTimeout >= c.RedisTimeout {
+			bad("REDIS_WAIT_TIMEOUT", "%s must be less than REDIS_TIMEOUT (%s), which bounds the WAIT's reply", c.RedisWaitTimeout, c.RedisTimeout)
+		}
+	}
 }

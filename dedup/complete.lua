@@ -3,6 +3,12 @@
 -- the caller's token (the record starts with ARGV[1] = tag + token).
 -- Returns 1 when done, 0 when the claim is no longer the caller's.
 local v = redis.call('GET', KEYS[1])
+-- The completed record holds the completion time in milliseconds, so
+-- finding exactly it means this is the caller retrying a completion whose
+-- first attempt wrote it but whose answer was lost: done.
+if v == ARGV[2] then
+  return 1
+end
 if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
   return 0
 end

@@ -8,18 +8,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pipelined is the Client OpenRedis builds. While other script calls
-// (claims, completions, releases, lookups) are in flight, a call goes
-// through go-redis's autopipeliner, which sends the calls of concurrent
-// requests together: one write and one read for a batch, where a plain
-// client makes a pool health check, a write and a read for each call. A
-// call alone goes straight through the plain client: batching has nothing
+// pipelined runs the scripts of a store OpenRedis opens on one server
+// (not a cluster, not through Sentinels, not with WaitReplicas). While other
+// script calls (claims, completions, releases, lookups) are in flight, a
+// call goes through go-redis's autopipeliner, which sends the calls of
+// concurrent requests together: one write and one read for a batch, where a
+// plain client makes a pool health check, a write and a read for each call.
+// A call alone goes straight through the plain client: batching has nothing
 // to gain then, and the autopipeliner's hand-offs between goroutines would
 // only add latency. Either way a call is one round trip and one atomic
-// script. Everything else (Ping, Del) goes through the plain client.
+// script.
 //
 // The autopipeliner is EXPERIMENTAL in go-redis v9.23; go.mod pins the
-// version, and NewRedis takes any other Client.
+// version, and a store from NewRedis never uses it.
 type pipelined struct {
 	*redis.Client
 	ap       *redis.AutoPipeliner // the deferred face: Submit, then WaitContext

@@ -48,7 +48,7 @@ func TestRedisDeadlineWhileRedisIsPaused(t *testing.T) {
 		defer close(lone)
 		claimBefore("lone", 300*time.Millisecond)
 	}()
-	pl := s.client.(pipelined)
+	pl := s.scripts.(pipelined)
 	eventually(t, "the lone claim to be in flight", func() bool { return pl.inFlight.Load() > 0 })
 	// ...so this one goes through the autopipeliner.
 	claimBefore("batched", 100*time.Millisecond)

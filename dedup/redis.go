@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,85 +38,23 @@ type Client interface {
 	Ping(ctx context.Context) *redis.StatusCmd
 }
 
-// RedisConfig says how to reach Redis.
-type RedisConfig struct {
-	// URL is redis://[user:password@]host:port[/db][?option=value] or
-	// rediss:// for TLS, as read by redis.ParseURL. Options in the query
-	// (dial_timeout, pool_size, ...) override this package's defaults.
-	// Required.
-	URL string
-}
-
-// Defaults for what the URL leaves unset: short timeouts, so a Redis outage
-// costs a request a second or two rather than go-redis's default minutes
-// of retries, and a pool large enough for one connection per concurrent
-// request on a busy proxy.
-const (
-	defaultDialTimeout  = 2 * time.Second
-	defaultReadTimeout  = time.Second
-	defaultWriteTimeout = time.Second
-)
-
 // Redis is a store kept in Redis: one key per event ID, written and read
 // with single-key commands and scripts. It is safe for concurrent use.
 type Redis struct {
 	client Client
-}
-
-// OpenRedis connects to the Redis at cfg.URL. It does not wait for Redis to
-// answer: use Ping for that (a proxy may start before its Redis).
-func OpenRedis(cfg RedisConfig) (*Redis, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("dedup: redis URL is empty")
-	}
-	// Checked before parsing so an unparseable URL is not echoed back: it
-	// may carry a password.
-	scheme, _, _ := strings.Cut(cfg.URL, "://")
-	if scheme != "redis" && scheme != "rediss" {
-		return nil, errors.New("dedup: redis URL must start with redis:// or rediss://")
-	}
-	opt, err := redis.ParseURL(cfg.URL)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err // url.Error repeats the URL, password included
-		}
-		return nil, fmt.Errorf("dedup: redis URL: %w", err)
-	}
-	if opt.DialTimeout == 0 {
-		opt.DialTimeout = defaultDialTimeout
-	}
-	if opt.ReadTimeout == 0 {
-		opt.ReadTimeout = defaultReadTimeout
-	}
-	if opt.WriteTimeout == 0 {
-		opt.WriteTimeout = defaultWriteTimeout
-	}
-	if opt.PoolSize == 0 {
-		opt.PoolSize = 10 * runtime.GOMAXPROCS(0)
-	}
-	if opt.MinIdleConns == 0 {
-		opt.MinIdleConns = runtime.GOMAXPROCS(0)
-	}
-	// One dial per attempt: go-redis already retries the command
-	// (MaxRetries), and nesting its 5 dial attempts inside that made each
-	// call take about 1.5s to fail while Redis was down, where about 0.1s
-	// is enough to tell. The URL cannot set this option.
-	opt.DialerRetries = 1
-	// A request's deadline bounds its Redis call too.
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
-	p, err := newPipelined(c)
-	if err != nil {
-		_ = c.Close()
-		return nil, err
-	}
-	return NewRedis(p), nil
+	// scripts runs the scripts: client, or the autopipelining wrapper of
+	// a standalone client (see pipelined).
+	scripts redis.Scripter
+	// waitReplicas is how many replicas must acknowledge a claim or a
+	// completion; zero: no WAIT.
+	waitReplicas int
+	// waitTimeout bounds each WAIT.
+	waitTimeout time.Duration
 }
 
 // NewRedis returns a store that uses c. Close closes c.
 func NewRedis(c Client) *Redis {
-	return &Redis{client: c}
+	return &Redis{client: c, scripts: c}
 }
 
 // Close closes the client, if it can be closed.
@@ -130,10 +65,11 @@ func (s *Redis) Close() error {
 	return nil
 }
 
-// Claim takes key for lease if no record holds it, in one round trip. If
-// the key is free it returns the new Claim and a Record in state Absent
-// (the state before the claim); otherwise a zero Claim and the record that
-// holds the key.
+// Claim takes key for lease if no record holds it, in one round trip (two
+// with WaitReplicas). If the key is free it returns the new Claim and a
+// Record in state Absent (the state before the claim); otherwise a zero
+// Claim and the record that holds the key. A claim too few replicas
+// acknowledged is given up again and reported as an error.
 func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
@@ -143,11 +79,25 @@ func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Cla
 	}
 	tok := newToken()
 	value := encodeInFlight(tok, time.Now().UnixMilli())
-	v, err := claimScript.Run(ctx, s.client, []string{key}, value, millis(lease)).Result()
+	var v any
+	err := s.onMaster(ctx, key, func(c redis.Scripter, replicate func() error) error {
+		var err error
+		v, err = claimScript.Run(ctx, c, []string{key}, value, millis(lease)).Result()
+		if err != nil || !won(v) {
+			return err
+		}
+		if err := replicate(); err != nil {
+			// Give the claim up at once: kept, it would answer the
+			// sender's retries in-flight until the lease expires.
+			_ = releaseScript.Run(ctx, c, []string{key}, ownerPrefix(tok)).Err()
+			return err
+		}
+		return nil
+	})
 	if err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
-	if n, ok := v.(int64); ok && n == 1 {
+	if won(v) {
 		return Claim{Key: key, Token: hex.EncodeToString(tok[:])}, Record{State: Absent}, nil
 	}
 	rec, err := recordWithTTL(v)
@@ -157,9 +107,20 @@ func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Cla
 	return Claim{}, rec, nil
 }
 
+// won reports whether the claim script's answer means the caller owns the key.
+func won(v any) bool {
+	n, ok := v.(int64)
+	return ok && n == 1
+}
+
 // Complete replaces c's in-flight record with a completed one holding res,
 // kept for ttl. If c no longer owns its key it returns ErrNotOwner and
 // changes nothing.
+//
+// The upstream has acted by now, and a record lost here lets a later
+// duplicate through, so Complete retries for a few seconds (within ctx) a
+// write that failed for a reason that passes: a lost connection, a
+// failover in progress, replicas slow to acknowledge.
 func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
@@ -174,13 +135,23 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 	if !ok {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
 	}
+	// The same value on every attempt: the script accepts it again if an
+	// earlier attempt wrote it but its answer was lost.
 	value := encodeCompleted(res, time.Now().UnixMilli())
-	n, err := completeScript.Run(ctx, s.client, []string{c.Key}, ownerPrefix(tok), value, millis(ttl)).Int64()
+	err := retry(ctx, func(ctx context.Context) error {
+		return s.onMaster(ctx, c.Key, func(conn redis.Scripter, replicate func() error) error {
+			n, err := completeScript.Run(ctx, conn, []string{c.Key}, ownerPrefix(tok), value, millis(ttl)).Int64()
+			if err != nil {
+				return err
+			}
+			if n != 1 {
+				return ErrNotOwner
+			}
+			return replicate()
+		})
+	})
 	if err != nil {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
 	}
 	return nil
 }
@@ -195,7 +166,7 @@ func (s *Redis) Release(ctx context.Context, c Claim) error {
 	if !ok {
 		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
 	}
-	n, err := releaseScript.Run(ctx, s.client, []string{c.Key}, ownerPrefix(tok)).Int64()
+	n, err := releaseScript.Run(ctx, s.scripts, []string{c.Key}, ownerPrefix(tok)).Int64()
 	if err != nil {
 		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
 	}
@@ -210,7 +181,7 @@ func (s *Redis) Lookup(ctx context.Context, key string) (Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
-	v, err := lookupScript.Run(ctx, s.client, []string{key}).Result()
+	v, err := lookupScript.Run(ctx, s.scripts, []string{key}).Result()
 	if errors.Is(err, redis.Nil) {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, ErrNotFound)
 	}
@@ -268,4 +239,108 @@ func recordWithTTL(v any) (Record, error) {
 		rec.TTL = time.Duration(pttl) * time.Millisecond
 	}
 	return rec, nil
+}
+
+// onMaster runs f against the master that holds key; f calls replicate
+// after a write to wait until WaitReplicas replicas acknowledge it. WAIT
+// counts the acknowledgements of the writes made on the connection it is
+// sent on, so with WaitReplicas set f gets a connection of its own from the
+// pool of key's master: on a cluster, the node serving key's slot, asked
+// directly, as WAIT cannot be routed by key. Without WaitReplicas, f gets
+// the shared client and replicate does nothing.
+func (s *Redis) onMaster(ctx context.Context, key string, f func(c redis.Scripter, replicate func() error) error) error {
+	if s.waitReplicas == 0 {
+		return f(s.scripts, func() error { return nil })
+	}
+	node, err := s.master(ctx, key)
+	if err != nil {
+		return err
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	err = f(conn, func() error {
+		n, err := conn.Wait(ctx, s.waitReplicas, s.waitTimeout).Result()
+		if err != nil {
+			return err
+		}
+		if n < int64(s.waitReplicas) {
+			return fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, s.waitReplicas, s.waitTimeout)
+		}
+		return nil
+	})
+	if cc, ok := s.client.(*redis.ClusterClient); ok && err != nil && !errors.Is(err, ErrNotReplicated) && !errors.Is(err, ErrNotOwner) {
+		// The node may be down or no longer serve the slot: look again
+		// (in the background) before the next call.
+		cc.ReloadState(ctx)
+	}
+	return err
+}
+
+// master is the client of the master that holds key.
+func (s *Redis) master(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Client:
+		return c, nil
+	default:
+		return nil, fmt.Errorf("dedup: waiting for replicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+	}
+}
+
+// completeRetryFor bounds Complete's retries: long enough to ride out a
+// failover, short enough that the sender, who waits for the answer, is
+// not kept long.
+const completeRetryFor = 5 * time.Second
+
+// retry calls op until it succeeds or fails for good, with growing pauses,
+// for at most completeRetryFor and while ctx lasts. When time runs out it
+// returns the failure that made it retry, with the context's error.
+func retry(ctx context.Context, op func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, completeRetryFor)
+	defer cancel()
+	pause := 20 * time.Millisecond
+	var last error
+	for {
+		err := op(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil && last != nil:
+			// Cut short: the cause is the failure before.
+			return fmt.Errorf("%w; gave up: %w", last, ctx.Err())
+		case !transient(err):
+			return err
+		}
+		last = err
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w; gave up: %w", err, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// transient reports whether a failed write may succeed if tried again
+// soon: the connection was lost, a failover or a resharding is under way,
+// or replicas were slow to acknowledge.
+func transient(err error) bool {
+	switch {
+	case errors.Is(err, ErrNotReplicated):
+		return true
+	case errors.Is(err, ErrNotOwner), errors.Is(err, errBadRecord), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	var answered redis.Error
+	if errors.As(err, &answered) {
+		_, moved := redis.IsMovedError(err)
+		_, ask := redis.IsAskError(err)
+		return moved || ask || redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
+			redis.IsReadOnlyError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err)
+	}
+	return true // refused, reset or timed out
 }

@@ -60,7 +60,7 @@ func TestOpenRedisBadURL(t *testing.T) {
 	for _, tc := range []struct {
 		name, url, want string
 	}{
-		{"empty", "", "empty"},
+		{"empty", "", "no Redis"},
 		{"no scheme", "localhost:6379", "redis://"},
 		{"other scheme", "http://localhost:6379", "redis://"},
 		{"unparseable", "redis://user:s3cret@%zz:6379", "invalid"},
@@ -100,7 +100,7 @@ func TestOpenRedisDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			opt := s.client.(pipelined).Options()
+			opt := s.client.(*redis.Client).Options()
 			if opt.DialTimeout != tc.dial || opt.ReadTimeout != tc.read || opt.PoolSize < tc.minPoolSize {
 				t.Errorf("DialTimeout %s, ReadTimeout %s, PoolSize %d; want %s, %s, at least %d",
 					opt.DialTimeout, opt.ReadTimeout, opt.PoolSize, tc.dial, tc.read, tc.minPoolSize)

@@ -112,11 +112,15 @@ const compositeSep = '+'
 func (r *rule) composite(h http.Header, doc string) (string, error) {
 	var buf [MaxIDLen]byte
 	b := buf[:0]
+	tooLong := false // checked once every part was found: a missing part is ErrNoID
 	for i := range r.parts {
 		p := &r.parts[i]
 		v, err := p.value(h, doc)
 		if err != nil && !(p.optional && errors.Is(err, ErrNoID)) {
 			return "", err
+		}
+		if tooLong {
+			continue
 		}
 		if i > 0 {
 			b = append(b, compositeSep)
@@ -127,9 +131,10 @@ func (r *rule) composite(h http.Header, doc string) (string, error) {
 			}
 			b = append(b, v[j])
 		}
-		if len(b) > MaxIDLen {
-			return "", fmt.Errorf("%w: composite longer than %d bytes", ErrInvalidID, MaxIDLen)
-		}
+		tooLong = len(b) > MaxIDLen
+	}
+	if tooLong {
+		return "", fmt.Errorf("%w: composite longer than %d bytes", ErrInvalidID, MaxIDLen)
 	}
 	return string(b), nil
 }

@@ -1,15 +1,22 @@
-// Package redistest runs a real redis-server for tests, on a free loopback
-// port, the way go-redis's own test suite does.
+// Package redistest runs real redis-server processes for tests, on free
+// loopback ports, the way go-redis's own test suite does: one server, a
+// server speaking only TLS, a Redis Cluster, or a master watched by
+// Sentinels.
 package redistest
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,12 +25,18 @@ import (
 type Server struct {
 	// Addr is host:port; it stays the same across Stop and Start.
 	Addr string
-	// Args are extra redis-server arguments given to New.
+	// Args are extra redis-server arguments, given again on every Start.
 	Args []string
+	// TLS, if not nil, is how a client reaches this server: it listens
+	// for TLS connections only. Nil: plain TCP.
+	TLS *tls.Config
 
 	t   testing.TB
 	dir string
-	cmd *exec.Cmd
+	// conf, if not empty, is a configuration file given before the
+	// arguments (Sentinel needs one it can rewrite).
+	conf string
+	cmd  *exec.Cmd
 }
 
 // New starts redis-server on a free port, waits until it answers PING, and
@@ -31,34 +44,61 @@ type Server struct {
 // Redis, when redis-server is not on PATH: never a silent skip.
 func New(t testing.TB, args ...string) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server not found on PATH (%v): install it with `apt-get install -y redis-server`, or run `make test`", err)
-	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))), Args: args, t: t, dir: t.TempDir()}
+	s := newServer(t, args...)
 	s.Start()
+	return s
+}
+
+// newServer prepares a server on a free port, in a directory of its own
+// that outlives Stop, without starting it.
+func newServer(t testing.TB, args ...string) *Server {
+	t.Helper()
+	needRedis(t)
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))), Args: args, t: t, dir: t.TempDir()}
 	t.Cleanup(s.Stop)
 	return s
 }
 
+func needRedis(t testing.TB) {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s not found on PATH (%v): install it with `apt-get install -y redis-server redis-tools`, or run `make test`", bin, err)
+		}
+	}
+}
+
 // Start (re)starts the server on its address; it returns once PING answers.
+// Restarted, it keeps its directory (a cluster node finds its nodes.conf
+// there) but no data: nothing is saved.
 func (s *Server) Start() {
 	s.t.Helper()
 	if s.cmd != nil {
 		return
 	}
 	_, port, _ := net.SplitHostPort(s.Addr)
-	args := append([]string{
-		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.Args...)
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	if s.TLS != nil {
+		args = append(args, "--port", "0", "--tls-port", port)
+	} else {
+		args = append(args, "--port", port)
+	}
+	// A replica's first sync starts at once, instead of after the 5s
+	// Redis waits by default for more replicas to share it.
+	args = append(args, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
+		"--dir", s.dir, "--logfile", s.LogFile())
+	args = append(args, s.Args...)
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
 	s.cmd = cmd
-	if err := WaitPing(s.Addr, 10*time.Second); err != nil {
+	if err := waitPing(s.Addr, s.TLS, 10*time.Second); err != nil {
 		s.Stop()
-		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		log, _ := os.ReadFile(s.LogFile())
 		s.t.Fatalf("redis-server on %s: %v\n%s", s.Addr, err, log)
 	}
 }
@@ -73,37 +113,118 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
-// URL is the redis:// URL of the server.
-func (s *Server) URL() string { return "redis://" + s.Addr }
+// Pause stops the process (SIGSTOP) without killing it: its connections
+// stay open but nothing it is sent is read or answered, as with a server
+// stuck on a slow disk or a long GC-like stall.
+func (s *Server) Pause() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("pause redis-server on %s: %v", s.Addr, err)
+	}
+}
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// Resume continues a paused process (SIGCONT).
+func (s *Server) Resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatalf("resume redis-server on %s: %v", s.Addr, err)
+	}
+}
+
+// Running reports whether the process was started and not stopped since.
+func (s *Server) Running() bool { return s.cmd != nil }
+
+// LogFile is the path of the server's log.
+func (s *Server) LogFile() string { return filepath.Join(s.dir, "redis.log") }
+
+// URL is the redis:// (or, with TLS, rediss://) URL of the server.
+func (s *Server) URL() string {
+	if s.TLS != nil {
+		return "rediss://" + s.Addr
+	}
+	return "redis://" + s.Addr
+}
+
+// Ports handed out are drawn from below the kernel's ephemeral range
+// (Linux: 32768-60999, macOS: from 49152): a port picked there could be
+// taken by some outgoing connection between the pick and the server's
+// bind. Within this process a port is handed out once.
+const (
+	firstPort = 20000
+	lastPort  = 32767
+)
+
+var (
+	portsMu sync.Mutex
+	// portsGiven is process-wide, as the tests that share the loopback
+	// interface are.
+	portsGiven = map[int]bool{}
+)
+
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// this process has not handed out before.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := firstPort + rand.IntN(lastPort-firstPort+1)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free loopback port between %d and %d", firstPort, lastPort)
+	return 0
 }
 
 // WaitPing polls addr with the RESP PING command until it answers +PONG or
 // the timeout passes.
 func WaitPing(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		last = ping(addr)
-		if last == nil {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for readiness
-	}
-	return fmt.Errorf("no PONG within %s: %w", timeout, last)
+	return waitPing(addr, nil, timeout)
 }
 
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+func waitPing(addr string, tlsConfig *tls.Config, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return poll(ctx, func() error { return ping(addr, tlsConfig) })
+}
+
+// poll calls try until it succeeds or ctx ends, and then returns try's
+// last error.
+func poll(ctx context.Context, try func() error) error {
+	tick := time.NewTicker(20 * time.Millisecond) // polling interval, not a wait for readiness
+	defer tick.Stop()
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last: %w", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+func ping(addr string, tlsConfig *tls.Config) error {
+	var (
+		c   net.Conn
+		err error
+	)
+	d := &net.Dialer{Timeout: time.Second}
+	if tlsConfig != nil {
+		c, err = tls.DialWithDialer(d, "tcp", addr, tlsConfig)
+	} else {
+		c, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,120 @@
+package dedup
+
+import (
+	"context"
+	"crypto/sha256"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+)
+
+var capacity = flag.Int("capacity", 10_000,
+	"completed records TestRecordMemory writes to measure Redis memory per record (the README's figure: -capacity=100000)")
+
+// Bounds on the memory one completed record costs in Redis, key included,
+// for a 49-byte key (measured: 152 and, over 100k records, 218 bytes).
+// Crossing them means the record or its encoding grew: a value past 44
+// bytes, say, loses the compact embstr encoding.
+const (
+	maxMemoryUsage = 160 // MEMORY USAGE of one key
+	// maxUsedPerRecord bounds INFO memory's used_memory growth per record,
+	// which also counts the keyspace's and the expiry table's buckets:
+	// their share depends on where the count falls between powers of two
+	// (270 bytes at 10k records).
+	maxUsedPerRecord = 300
+)
+
+// TestRecordMemory writes completed records as the proxy does (claim, then
+// complete with a 4-day TTL, keys shaped like Stripe's) to a fresh
+// redis-server, and measures what each costs: MEMORY USAGE of a sample
+// key, and the growth of used_memory divided by the number of records,
+// which also counts the keyspace's and the expiry table's share.
+func TestRecordMemory(t *testing.T) {
+	n := *capacity
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := context.Background()
+	before := usedMemory(t, raw)
+
+	// Stripe event IDs are "evt_" and 24 characters: with the default
+	// KEY_PREFIX and the namespace, keys of 49 bytes.
+	keyOf := func(i int) string {
+		id := strconv.FormatInt(int64(i), 36)
+		return "webhook-dedup:stripe:evt_1NvYwq2eZvKY" + strings.Repeat("0", 12-len(id)) + id
+	}
+	res := Result{Status: 200, Fingerprint: sha256.Sum256([]byte(`{"id":"evt_1"}`))}
+	const workers = 16
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				c, _, err := s.Claim(ctx, keyOf(i), lease)
+				if err == nil {
+					err = s.Complete(ctx, c, res, 96*time.Hour)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	elapsed := time.Since(start)
+	if got := raw.DBSize(ctx).Val(); got != int64(n) {
+		t.Fatalf("DBSIZE = %d, want %d", got, n)
+	}
+	after := usedMemory(t, raw)
+	sample := keyOf(n / 2)
+	usage, err := raw.MemoryUsage(ctx, sample, 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perRecord := float64(after-before) / float64(n)
+	summary := fmt.Sprintf("redis memory per completed record: MEMORY USAGE %d bytes (%d-byte key, %d-byte value); used_memory %.1f bytes per record over %d records (%d → %d bytes); written in %s",
+		usage, len(sample), completedLen, perRecord, n, before, after, elapsed.Round(time.Millisecond))
+	t.Log(summary)
+	if testing.Verbose() {
+		fmt.Println(summary)
+	}
+	if usage > maxMemoryUsage {
+		t.Errorf("MEMORY USAGE of a completed record is %d bytes, want at most %d", usage, maxMemoryUsage)
+	}
+	if perRecord > maxUsedPerRecord {
+		t.Errorf("used_memory grew %.1f bytes per record, want at most %d", perRecord, maxUsedPerRecord)
+	}
+}
+
+// usedMemory is INFO memory's used_memory: the bytes Redis has allocated.
+func usedMemory(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("used_memory %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO memory has no used_memory:\n%s", info)
+	return 0
+}

@@ -1,0 +1,441 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+)
+
+// open is OpenRedis that fails the test on error and closes the store at
+// its end.
+func open(t testing.TB, cfg RedisConfig) *Redis {
+	t.Helper()
+	s, err := OpenRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// ackTimeout is the WaitTimeout of tests that expect every WAIT to be
+// satisfied: generous, as a replica on a busy test machine may take more
+// than the default 250ms to acknowledge.
+const ackTimeout = 2 * time.Second
+
+// aclUser is redis-server arguments creating the user "dedup" (password
+// "s3cret") with the least the store needs, as the README advises, on the
+// tests' keys.
+var aclUser = []string{"--user", "dedup", "on", ">s3cret", "~dedup-test:*", "~tls:*",
+	"+@read", "+@write", "+@scripting", "+@connection", "+wait", "+cluster|shards", "+cluster|slots"}
+
+// TestRedisCluster runs the conformance suite on a Redis Cluster of three
+// masters with a replica each, without and with WAIT, and checks that WAIT
+// counts the replica of the master that holds the key.
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.NewCluster(t, redistest.ClusterConfig{ReplicasPerMaster: 1, Args: aclUser})
+	// Two seeds: the client discovers the other nodes.
+	seeds := cl.Addrs()[:2]
+	t.Run("conformance", func(t *testing.T) {
+		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds}))
+	})
+	t.Run("conformance waiting for one replica, as an ACL user", func(t *testing.T) {
+		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds, Username: "dedup", Password: "s3cret", WaitReplicas: 1, WaitTimeout: ackTimeout}))
+	})
+	t.Run("client kind", func(t *testing.T) {
+		s := open(t, RedisConfig{ClusterAddrs: seeds})
+		if _, ok := s.client.(*redis.ClusterClient); !ok {
+			t.Errorf("cluster addresses gave a %T, want *redis.ClusterClient", s.client)
+		}
+	})
+	// Last: it stops a replica.
+	t.Run("replica down", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s := open(t, RedisConfig{ClusterAddrs: seeds, WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+		key := "replica-down:" + t.Name()
+		master, err := cl.MasterOf(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas, err := cl.ReplicasOf(ctx, master)
+		if err != nil || len(replicas) != 1 {
+			t.Fatalf("replicas of %s: %v, %v; want one", master.Addr, replicas, err)
+		}
+		// A key on another master, whose replica stays up.
+		other := ""
+		for i := 0; other == ""; i++ {
+			k := fmt.Sprintf("replica-up:%d", i)
+			if m, err := cl.MasterOf(ctx, k); err == nil && m != master {
+				other = k
+			}
+		}
+		replicas[0].Stop()
+		// The master sees its replica's connection close.
+		eventually(t, "the master to lose its replica", func() bool {
+			r, err := cl.ReplicasOf(ctx, master)
+			return err == nil && len(r) == 0
+		})
+
+		if _, _, err := s.Claim(ctx, key, lease); !errors.Is(err, ErrNotReplicated) {
+			t.Errorf("Claim with the key's replica down = %v, want ErrNotReplicated", err)
+		}
+		if _, err := s.Lookup(ctx, key); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a claim no replica acknowledged was kept: Lookup = %v", err)
+		}
+		c, _ := mustClaim(t, s, other, lease)
+		if err := s.Complete(ctx, c, replayed, keep); err != nil {
+			t.Errorf("Complete on a master whose replica is up: %v", err)
+		}
+
+		// A completion no replica acknowledges is retried, then reported;
+		// the record stays on the master.
+		w0 := open(t, RedisConfig{ClusterAddrs: seeds})
+		c, _ = mustClaim(t, w0, key, lease)
+		short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancelShort()
+		if err := s.Complete(short, c, replayed, keep); !errors.Is(err, ErrNotReplicated) {
+			t.Errorf("Complete with the key's replica down = %v, want ErrNotReplicated", err)
+		}
+		if rec := mustLookup(t, s, key); rec.State != Completed {
+			t.Errorf("after an unacknowledged Complete: state %v, want completed on the master", rec.State)
+		}
+
+		replicas[0].Start()
+		if err := cl.WaitHealthy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Claim(ctx, key+"/again", lease); err != nil {
+			t.Errorf("Claim once the replica is back: %v", err)
+		}
+	})
+}
+
+// TestRedisSentinel runs the conformance suite on a master found through
+// three Sentinels, without and with WAIT, then fails the master over.
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	sn := redistest.NewSentinel(t, redistest.SentinelConfig{})
+	cfg := RedisConfig{SentinelAddrs: sn.Addrs(), SentinelMaster: sn.MasterName}
+	waiting := cfg
+	waiting.WaitReplicas, waiting.WaitTimeout = 1, ackTimeout
+	t.Run("conformance", func(t *testing.T) {
+		testStore(t, open(t, cfg))
+	})
+	t.Run("conformance waiting for one replica", func(t *testing.T) {
+		testStore(t, open(t, waiting))
+	})
+	// Last: it kills the master.
+	t.Run("completion rides out a failover", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, w1 := open(t, cfg), open(t, waiting)
+		done, _ := mustClaim(t, w1, "failover/completed", lease)
+		if err := w1.Complete(ctx, done, replayed, keep); err != nil {
+			t.Fatal(err)
+		}
+		pending, _ := mustClaim(t, w1, "failover/pending", lease)
+
+		old, err := sn.Master(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.Stop()
+		start := time.Now()
+		// The Sentinels take a second to notice, and another to promote
+		// the replica: Complete retries meanwhile.
+		if err := s.Complete(ctx, pending, replayed, keep); err != nil {
+			t.Errorf("Complete across the failover: %v", err)
+		}
+		t.Logf("Complete took %s across the failover", time.Since(start).Round(time.Millisecond))
+		if _, err := sn.WaitFailover(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"failover/completed", "failover/pending"} {
+			if rec, err := s.Lookup(ctx, key); err != nil || rec.State != Completed {
+				t.Errorf("after the failover %s is %v, %v; want completed", key, rec.State, err)
+			}
+		}
+		// With the old master back as a replica, WAIT is satisfied again.
+		if err := sn.Rejoin(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		c, _ := mustClaim(t, w1, "failover/after", lease)
+		if err := w1.Complete(ctx, c, replayed, keep); err != nil {
+			t.Errorf("Complete once the old master is a replica: %v", err)
+		}
+	})
+}
+
+// TestRedisSentinelLaggingReplica shows what WaitReplicas buys: a record
+// the master acknowledged but never sent to its replica is lost when the
+// replica takes over; with WaitReplicas the same write is reported as an
+// error at once (the proxy answers 503, the sender retries), not lost
+// later.
+func TestRedisSentinelLaggingReplica(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sn := redistest.NewSentinel(t, redistest.SentinelConfig{})
+	cfg := RedisConfig{SentinelAddrs: sn.Addrs(), SentinelMaster: sn.MasterName}
+	s := open(t, cfg)
+	cfg.WaitReplicas = 1
+	w1 := open(t, cfg)
+	master, replica := sn.Servers[0], sn.Servers[1]
+	raw := redis.NewClient(&redis.Options{Addr: master.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+
+	// The replica stalls, and the master drops its link to it: what the
+	// master writes now reaches no replica.
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	if err := raw.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := mustClaim(t, s, "lag/unacknowledged", lease)
+	if err := s.Complete(ctx, c, replayed, keep); err != nil {
+		t.Fatalf("Complete without WAIT: %v", err)
+	}
+	if _, _, err := w1.Claim(ctx, "lag/refused", lease); !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("Claim with WAIT and no replica = %v, want ErrNotReplicated", err)
+	}
+
+	master.Stop()
+	replica.Resume()
+	if _, err := sn.WaitFailover(ctx, master); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the store to reach the new master", func() bool { return s.Ping(ctx) == nil })
+	if _, err := s.Lookup(ctx, "lag/unacknowledged"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after the failover, the record no replica acknowledged: Lookup = %v; want it lost (ErrNotFound)", err)
+	}
+	if _, err := s.Lookup(ctx, "lag/refused"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after the failover, the refused claim: Lookup = %v, want ErrNotFound", err)
+	}
+}
+
+// TestRedisTLS runs the conformance suite over mutual TLS, authenticated as
+// an ACL user, and checks that each wrong setting is refused.
+func TestRedisTLS(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	// The default user may only PING (the fixture's readiness check), so
+	// every store call proves the ACL user is the one logged in.
+	srv := redistest.NewTLS(t, certs, append([]string{"--user", "default", "on", "nopass", "-@all", "+ping"}, aclUser...)...)
+	good := RedisConfig{
+		URL: srv.URL(), Username: "dedup", Password: "s3cret",
+		TLS: &RedisTLS{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile},
+	}
+	t.Run("conformance", func(t *testing.T) {
+		testStore(t, open(t, good))
+	})
+	t.Run("credentials in the URL", func(t *testing.T) {
+		cfg := good
+		cfg.URL = "rediss://dedup:s3cret@" + srv.Addr
+		cfg.Username, cfg.Password = "", ""
+		if err := open(t, cfg).Ping(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("server name localhost", func(t *testing.T) {
+		cfg := good
+		cfg.TLS = &RedisTLS{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile, ServerName: "localhost"}
+		if err := open(t, cfg).Ping(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	other := redistest.NewCerts(t)
+	for _, tc := range []struct {
+		name string
+		edit func(*RedisConfig)
+		want string // in the error
+	}{
+		{"no client certificate", func(c *RedisConfig) { c.TLS = &RedisTLS{CAFile: certs.CAFile} }, ""},
+		{"another CA", func(c *RedisConfig) {
+			c.TLS = &RedisTLS{CAFile: other.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile}
+		}, "certificate"},
+		{"client certificate of another CA", func(c *RedisConfig) {
+			c.TLS = &RedisTLS{CAFile: certs.CAFile, CertFile: other.ClientCertFile, KeyFile: other.ClientKeyFile}
+		}, ""},
+		{"server name the certificate lacks", func(c *RedisConfig) {
+			c.TLS = &RedisTLS{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile, ServerName: "redis.example"}
+		}, "redis.example"},
+		{"wrong password", func(c *RedisConfig) { c.Password = "guess" }, "WRONGPASS"},
+		{"default user", func(c *RedisConfig) { c.Username, c.Password = "", "" }, "NOPERM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := good
+			tc.edit(&cfg)
+			s := open(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _, err := s.Claim(ctx, "tls:"+tc.name, lease)
+			if err == nil {
+				t.Fatal("Claim succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Claim = %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("plain TCP to a TLS port", func(t *testing.T) {
+		s := open(t, RedisConfig{URL: "redis://" + srv.Addr, Username: "dedup", Password: "s3cret"})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Ping(ctx); err == nil {
+			t.Error("Ping over plain TCP to a TLS-only server succeeded")
+		}
+	})
+}
+
+// TestRedisClusterTLS runs the conformance suite on a cluster whose nodes
+// speak TLS only, to clients and among themselves.
+func TestRedisClusterTLS(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	cl := redistest.NewCluster(t, redistest.ClusterConfig{Certs: certs})
+	testStore(t, open(t, RedisConfig{
+		ClusterAddrs: cl.Addrs()[:1],
+		TLS:          &RedisTLS{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile},
+	}))
+}
+
+// TestRedisSentinelTLS runs the conformance suite on a Sentinel setup whose
+// Sentinels and servers speak TLS only.
+func TestRedisSentinelTLS(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	sn := redistest.NewSentinel(t, redistest.SentinelConfig{Certs: certs})
+	testStore(t, open(t, RedisConfig{
+		SentinelAddrs: sn.Addrs(), SentinelMaster: sn.MasterName, WaitReplicas: 1, WaitTimeout: ackTimeout,
+		TLS: &RedisTLS{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile},
+	}))
+}
+
+func TestOpenRedisBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certs := redistest.NewCerts(t)
+	for _, tc := range []struct {
+		name string
+		cfg  RedisConfig
+		want string
+	}{
+		{"nothing", RedisConfig{}, "no Redis"},
+		{"URL and cluster", RedisConfig{URL: "redis://127.0.0.1:6379", ClusterAddrs: []string{"127.0.0.1:7000"}}, "more than one"},
+		{"cluster and sentinel", RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000"}, SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, "more than one"},
+		{"sentinel without master", RedisConfig{SentinelAddrs: []string{"127.0.0.1:26379"}}, "master name"},
+		{"address without port", RedisConfig{ClusterAddrs: []string{"127.0.0.1"}}, "127.0.0.1"},
+		{"TLS with redis://", RedisConfig{URL: "redis://127.0.0.1:6379", TLS: &RedisTLS{}}, "rediss://"},
+		{"missing CA file", RedisConfig{URL: "rediss://127.0.0.1:6379", TLS: &RedisTLS{CAFile: filepath.Join(dir, "absent.pem")}}, "absent.pem"},
+		{"CA file without a certificate", RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000"}, TLS: &RedisTLS{CAFile: notPEM}}, "no PEM certificate"},
+		{"certificate without key", RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000"}, TLS: &RedisTLS{CertFile: certs.ClientCertFile}}, "key file"},
+		{"key of another certificate", RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000"}, TLS: &RedisTLS{CertFile: certs.ClientCertFile, KeyFile: certs.ServerKeyFile}}, "client certificate"},
+		{"negative WaitReplicas", RedisConfig{URL: "redis://127.0.0.1:6379", WaitReplicas: -1}, "negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := OpenRedis(tc.cfg)
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("OpenRedis succeeded")
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "dedup: ") || !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q, want it to start with \"dedup: \" and mention %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+// TestOpenRedisModeDefaults checks each mode's client gets the short
+// timeouts, the pool and the request-bound deadlines.
+func TestOpenRedisModeDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     RedisConfig
+		options func(Client) (dial, read, write time.Duration, pool int, ctxTimeout bool)
+	}{
+		{"cluster", RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000"}}, func(c Client) (time.Duration, time.Duration, time.Duration, int, bool) {
+			o := c.(*redis.ClusterClient).Options()
+			return o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolSize, o.ContextTimeoutEnabled
+		}},
+		{"sentinel", RedisConfig{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, func(c Client) (time.Duration, time.Duration, time.Duration, int, bool) {
+			o := c.(*redis.Client).Options()
+			return o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolSize, o.ContextTimeoutEnabled
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t, tc.cfg)
+			dial, read, write, pool, ctxTimeout := tc.options(s.client)
+			if dial != defaultDialTimeout || read != defaultTimeout || write != defaultTimeout || pool < 10 || !ctxTimeout {
+				t.Errorf("DialTimeout %s, ReadTimeout %s, WriteTimeout %s, PoolSize %d, ContextTimeoutEnabled %v; want %s, %s, %s, at least 10, true",
+					dial, read, write, pool, ctxTimeout, defaultDialTimeout, defaultTimeout, defaultTimeout)
+			}
+			set := tc.cfg
+			set.DialTimeout, set.Timeout, set.PoolSize = 3*time.Second, 300*time.Millisecond, 7
+			dial, read, write, pool, _ = tc.options(open(t, set).client)
+			if dial != 3*time.Second || read != 300*time.Millisecond || write != 300*time.Millisecond || pool != 7 {
+				t.Errorf("set: DialTimeout %s, ReadTimeout %s, WriteTimeout %s, PoolSize %d; want 3s, 300ms, 300ms, 7", dial, read, write, pool)
+			}
+		})
+	}
+}
+
+// TestOpenRedisNoMaintNotifications: go-redis's maintenance notifications
+// stay off, since its "auto" mode races with the Conns taken for WAIT.
+func TestOpenRedisNoMaintNotifications(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  RedisConfig
+		mode func(Client) maintnotifications.Mode
+	}{
+		{"URL", RedisConfig{URL: "redis://127.0.0.1:6379"}, func(c Client) maintnotifications.Mode {
+			return c.(*redis.Client).Options().MaintNotificationsConfig.Mode
+		}},
+		{"cluster", RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000"}}, func(c Client) maintnotifications.Mode {
+			return c.(*redis.ClusterClient).Options().MaintNotificationsConfig.Mode
+		}},
+		{"sentinel", RedisConfig{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, func(c Client) maintnotifications.Mode {
+			return c.(*redis.Client).Options().MaintNotificationsConfig.Mode
+		}},
+	} {
+		if got := tc.mode(open(t, tc.cfg).client); got != maintnotifications.ModeDisabled {
+			t.Errorf("%s: maintenance notifications %q, want %q", tc.name, got, maintnotifications.ModeDisabled)
+		}
+	}
+}
+
+func TestTransient(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{io.EOF, true},
+		{fmt.Errorf("wrapped: %w", ErrNotReplicated), true},
+		{ErrNotOwner, false},
+		{errBadRecord, false},
+		{context.Canceled, false},
+		{context.DeadlineExceeded, false},
+		{redis.ErrClosed, false},
+		{redis.Nil, false},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
