@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # v5.8.3 needs Go 1.27, so v5.8.2.
 KUSTOMIZE_VERSION := v5.8.2
 
-.PHONY: build test deps lint fuzz ci
+.PHONY: build test deps lint fuzz ci bench
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o webhook-dedup .
@@ -51,3 +51,8 @@ fuzz:
 	done
 
 ci: lint test fuzz
+
+# The load benchmark (a tool that prints a table, not a test): installs wrk,
+# nginx and redis-server when missing; about 5 minutes. `make bench ARGS=-quick`.
+bench:
+	sh test/bench/run.sh $(ARGS)
