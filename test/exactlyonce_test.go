@@ -59,20 +59,7 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 		t.Fatalf("readyz before the run: %v", err)
 	}
 
-	type delivery struct {
-		p      provider
-		ev     event
-		copies int
-	}
-	deliveries := make([]delivery, runEvents)
-	copies := 0
-	for n := range deliveries {
-		p := allProviders[n%len(allProviders)]
-		ev := p.Event(n)
-		c := 1 + int(draw(runSeed+2, key(p, ev.ID), 0)%4)
-		deliveries[n] = delivery{p: p, ev: ev, copies: c}
-		copies += c
-	}
+	deliveries, copies := planDeliveries(runEvents, runSeed+2, 4)
 
 	s := &sender{
 		client:      newClient(t),
@@ -212,4 +199,26 @@ func requestsByOutcome(px *proxy) (map[string]int, error) {
 		return nil, fmt.Errorf("no webhook_dedup_requests_total in /metrics")
 	}
 	return counts, nil
+}
+
+// delivery is one event a simulated provider sends, and how many copies.
+type delivery struct {
+	p      provider
+	ev     event
+	copies int
+}
+
+// planDeliveries spreads n events over every provider, each sent 1 to
+// maxCopies times (drawn from seed), and counts the copies.
+func planDeliveries(n int, seed uint64, maxCopies int) ([]delivery, int) {
+	deliveries := make([]delivery, n)
+	copies := 0
+	for i := range deliveries {
+		p := allProviders[i%len(allProviders)]
+		ev := p.Event(i)
+		c := 1 + int(draw(seed, key(p, ev.ID), 0)%uint64(maxCopies))
+		deliveries[i] = delivery{p: p, ev: ev, copies: c}
+		copies += c
+	}
+	return deliveries, copies
 }

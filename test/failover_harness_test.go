@@ -141,20 +141,7 @@ func runFailover(t *testing.T, setup failoverSetup) failoverResult {
 		run.proxies = append(run.proxies, px)
 	}
 
-	type delivery struct {
-		p      provider
-		ev     event
-		copies int
-	}
-	deliveries := make([]delivery, failoverEvents)
-	copies := 0
-	for n := range deliveries {
-		p := allProviders[n%len(allProviders)]
-		ev := p.Event(n)
-		c := 1 + int(draw(failoverSeed+2, key(p, ev.ID), 0)%3)
-		deliveries[n] = delivery{p: p, ev: ev, copies: c}
-		copies += c
-	}
+	deliveries, copies := planDeliveries(failoverEvents, failoverSeed+2, 3)
 
 	ctx, cancel := context.WithTimeout(context.Background(), failoverRunLimit)
 	defer cancel()
