@@ -3,9 +3,9 @@ package dedup
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -20,8 +20,13 @@ const janitorInterval = 10 * time.Second
 
 // Memory is a store kept in this process: the same semantics as Redis,
 // for a single replica. It is safe for concurrent use.
+//
+// A completed record lives for the provider's whole retry window (days),
+// so the store holds one per event of those days: each costs about 100
+// bytes of heap (a 72-byte map slot and the map's slack), whatever the
+// length of its key, and the garbage collector never scans them.
 type Memory struct {
-	seed   maphash.Seed
+	epoch  time.Time // the zero of the monotonic clock that expiries are kept on
 	shards [memoryShards]memoryShard
 
 	stop      chan struct{} // closed by Close
@@ -31,18 +36,39 @@ type Memory struct {
 
 type memoryShard struct {
 	mu sync.Mutex
-	m  map[string]memoryEntry
-	_  [48]byte // keeps each lock on its own cache line
+	m  map[memoryKey]memoryEntry
+	// replays holds the kept responses of completed records whose entry
+	// has replayed set (REPLAY_RESPONSE): apart, so that m holds no
+	// pointers.
+	replays map[memoryKey]keptResponse
+	_       [40]byte // keeps each lock on its own cache line
 }
 
-// memoryEntry is one record. Its Body is owned by the store: copied on the
-// way in and on the way out.
+// memoryKey stands for a record's key: the first 128 bits of its SHA-256.
+// Keys of any length then cost the same, and two keys share one only by a
+// collision of SHA-256, which no sender can produce.
+type memoryKey [16]byte
+
+func newMemoryKey(key string) memoryKey {
+	sum := sha256.Sum256([]byte(key))
+	return memoryKey(sum[:16])
+}
+
+// memoryEntry is one record, free of pointers.
 type memoryEntry struct {
-	state   State
-	token   [tokenLen]byte // the owner's, while in flight
-	since   int64          // unix milliseconds, as in Redis
-	expires time.Time      // monotonic
-	result  Result
+	expires  int64    // nanoseconds after the store's epoch, on the monotonic clock
+	since    int64    // unix milliseconds, as in Redis
+	data     [32]byte // in flight: the owner's token in the first tokenLen bytes; completed: the body's fingerprint
+	status   uint16   // the upstream's, when completed
+	state    State
+	replayed bool // the shard's replays map holds the response
+}
+
+// keptResponse is a completed record's response, kept for replay. The store owns Body:
+// it is copied on the way in and on the way out.
+type keptResponse struct {
+	contentType string
+	body        []byte
 }
 
 // NewMemory returns an empty store and starts its janitor, which Close
@@ -51,12 +77,12 @@ func NewMemory() *Memory { return newMemory(janitorInterval) }
 
 func newMemory(every time.Duration) *Memory {
 	m := &Memory{
-		seed: maphash.MakeSeed(),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		epoch: time.Now(),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
 	for i := range m.shards {
-		m.shards[i].m = make(map[string]memoryEntry)
+		m.shards[i].m = make(map[memoryKey]memoryEntry)
 	}
 	go m.janitor(every)
 	return m
@@ -90,10 +116,10 @@ func (m *Memory) purge() {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		now := time.Now()
+		now := m.now()
 		for k, e := range sh.m {
-			if !now.Before(e.expires) {
-				delete(sh.m, k)
+			if !now.before(e) {
+				sh.remove(k, e)
 			}
 		}
 		sh.mu.Unlock()
@@ -112,41 +138,83 @@ func (m *Memory) size() int {
 	return n
 }
 
-func (m *Memory) shard(key string) *memoryShard {
-	return &m.shards[maphash.String(m.seed, key)%memoryShards]
+// instant is one reading of the clock: the wall time for a record's Since,
+// the monotonic offset from the epoch for its expiry.
+type instant struct {
+	wall time.Time
+	mono int64
 }
 
-// live returns key's entry if it has not expired. The caller holds sh.mu.
-func (sh *memoryShard) live(key string, now time.Time) (memoryEntry, bool) {
-	e, ok := sh.m[key]
-	if !ok || !now.Before(e.expires) {
+func (m *Memory) now() instant {
+	t := time.Now()
+	return instant{wall: t, mono: int64(t.Sub(m.epoch))}
+}
+
+func (now instant) before(e memoryEntry) bool { return now.mono < e.expires }
+
+func (now instant) after(d time.Duration) int64 { return now.mono + int64(d) }
+
+// locate returns the shard that holds key, and key's stand-in there.
+func (m *Memory) locate(key string) (*memoryShard, memoryKey) {
+	k := newMemoryKey(key)
+	return &m.shards[k[0]%memoryShards], k
+}
+
+// live returns k's entry if it has not expired. The caller holds sh.mu.
+func (sh *memoryShard) live(k memoryKey, now instant) (memoryEntry, bool) {
+	e, ok := sh.m[k]
+	if !ok || !now.before(e) {
 		return memoryEntry{}, false
 	}
 	return e, true
 }
 
-// record is what callers see of e: a copy, with TTL in whole
-// milliseconds as Redis reports it.
-func (e memoryEntry) record(now time.Time) Record {
-	res := e.result
-	res.Body = bytes.Clone(res.Body)
-	return Record{
-		State:  e.state,
-		Result: res,
-		Since:  time.UnixMilli(e.since),
-		TTL:    e.expires.Sub(now).Truncate(time.Millisecond),
+// put stores e under k, dropping the kept response of the entry it
+// replaces. The caller holds sh.mu.
+func (sh *memoryShard) put(k memoryKey, e memoryEntry) {
+	if old, ok := sh.m[k]; ok && old.replayed {
+		delete(sh.replays, k)
 	}
+	sh.m[k] = e
 }
 
-// owns reports whether c holds the in-flight entry for its key. The caller
-// holds sh.mu.
-func (sh *memoryShard) owns(c Claim, now time.Time) bool {
+// remove deletes e, k's entry. The caller holds sh.mu.
+func (sh *memoryShard) remove(k memoryKey, e memoryEntry) {
+	if e.replayed {
+		delete(sh.replays, k)
+	}
+	delete(sh.m, k)
+}
+
+// record is what callers see of e: a copy, with TTL in whole
+// milliseconds as Redis reports it. The caller holds sh.mu.
+func (sh *memoryShard) record(k memoryKey, e memoryEntry, now instant) Record {
+	rec := Record{
+		State: e.state,
+		Since: time.UnixMilli(e.since),
+		TTL:   time.Duration(e.expires - now.mono).Truncate(time.Millisecond),
+	}
+	if e.state == Completed {
+		rec.Result.Status = int(e.status)
+		rec.Result.Fingerprint = e.data
+	}
+	if e.replayed {
+		r := sh.replays[k]
+		rec.Result.ContentType = r.contentType
+		rec.Result.Body = bytes.Clone(r.body)
+	}
+	return rec
+}
+
+// owns reports whether c holds the in-flight entry for its key k. The
+// caller holds sh.mu.
+func (sh *memoryShard) owns(k memoryKey, c Claim, now instant) bool {
 	tok, ok := parseToken(c.Token)
 	if !ok {
 		return false
 	}
-	e, ok := sh.live(c.Key, now)
-	return ok && e.state == InFlight && e.token == tok
+	e, ok := sh.live(k, now)
+	return ok && e.state == InFlight && [tokenLen]byte(e.data[:tokenLen]) == tok
 }
 
 // Claim takes key for lease if no record holds it. If the key is free it
@@ -160,19 +228,20 @@ func (m *Memory) Claim(ctx context.Context, key string, lease time.Duration) (Cl
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	tok := newToken() // outside the lock: it may be a system call
-	sh := m.shard(key)
+	sh, k := m.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := time.Now()
-	if e, ok := sh.live(key, now); ok {
-		return Claim{}, e.record(now), nil
+	now := m.now()
+	if e, ok := sh.live(k, now); ok {
+		return Claim{}, sh.record(k, e, now), nil
 	}
-	sh.m[key] = memoryEntry{
+	e := memoryEntry{
 		state:   InFlight,
-		token:   tok,
-		since:   now.UnixMilli(),
-		expires: now.Add(lease),
+		since:   now.wall.UnixMilli(),
+		expires: now.after(lease),
 	}
+	copy(e.data[:], tok[:])
+	sh.put(k, e)
 	return Claim{Key: key, Token: hex.EncodeToString(tok[:])}, Record{State: Absent}, nil
 }
 
@@ -189,23 +258,31 @@ func (m *Memory) Complete(ctx context.Context, c Claim, res Result, ttl time.Dur
 	if err := checkResult(res); err != nil {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
 	}
-	if len(res.Body) == 0 {
-		res.Body = nil // as Redis returns it
-	} else {
-		res.Body = bytes.Clone(res.Body)
-	}
-	sh := m.shard(c.Key)
+	sh, k := m.locate(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := time.Now()
-	if !sh.owns(c, now) {
+	now := m.now()
+	if !sh.owns(k, c, now) {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
 	}
-	sh.m[c.Key] = memoryEntry{
-		state:   Completed,
-		since:   now.UnixMilli(),
-		expires: now.Add(ttl),
-		result:  res,
+	kept := res.ContentType != "" || len(res.Body) > 0
+	sh.put(k, memoryEntry{
+		state:    Completed,
+		since:    now.wall.UnixMilli(),
+		expires:  now.after(ttl),
+		data:     res.Fingerprint,
+		status:   uint16(res.Status),
+		replayed: kept,
+	})
+	if kept {
+		if sh.replays == nil {
+			sh.replays = make(map[memoryKey]keptResponse)
+		}
+		r := keptResponse{contentType: res.ContentType}
+		if len(res.Body) > 0 {
+			r.body = bytes.Clone(res.Body) // else nil, as Redis returns it
+		}
+		sh.replays[k] = r
 	}
 	return nil
 }
@@ -216,13 +293,13 @@ func (m *Memory) Release(ctx context.Context, c Claim) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
 	}
-	sh := m.shard(c.Key)
+	sh, k := m.locate(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if !sh.owns(c, time.Now()) {
+	if !sh.owns(k, c, m.now()) {
 		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
 	}
-	delete(sh.m, c.Key)
+	delete(sh.m, k) // in flight: no kept response
 	return nil
 }
 
@@ -231,15 +308,15 @@ func (m *Memory) Lookup(ctx context.Context, key string) (Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
-	sh := m.shard(key)
+	sh, k := m.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := time.Now()
-	e, ok := sh.live(key, now)
+	now := m.now()
+	e, ok := sh.live(k, now)
 	if !ok {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, ErrNotFound)
 	}
-	return e.record(now), nil
+	return sh.record(k, e, now), nil
 }
 
 // Forget deletes the record for key, whatever its state, and reports
@@ -248,12 +325,14 @@ func (m *Memory) Forget(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
 	}
-	sh := m.shard(key)
+	sh, k := m.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	_, ok := sh.live(key, time.Now())
-	delete(sh.m, key)
-	return ok, nil
+	e, stored := sh.m[k]
+	if stored {
+		sh.remove(k, e)
+	}
+	return stored && m.now().before(e), nil
 }
 
 // Ping reports only a cancelled context: memory is always there.
