@@ -39,11 +39,11 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return usageError(fmt.Errorf("configuration:\n%w", err))
 	}
-	log, err := newLogger(cfg, stderr)
+	log, stopLog, err := newLogger(cfg, stderr)
 	if err != nil {
 		return usageError(err)
 	}
-	defer func() { _ = log.Sync() }()
+	defer func() { _ = stopLog() }()
 	// go-redis logs through a process-wide logger; route it through zap.
 	redis.SetLogger(newRedisLogger(log))
 

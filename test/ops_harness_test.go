@@ -133,7 +133,8 @@ func (p *proxy) awaitMetric(t testing.TB, name string, labels map[string]string,
 }
 
 // awaitLog polls the process's output until substr occurs at least n
-// times: a webhook's line is written just after its answer.
+// times: the process buffers its log, and writes it out at least every
+// second.
 func (p *proxy) awaitLog(t testing.TB, substr string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(metricsDeadline)
