@@ -21,6 +21,7 @@ const (
 	outcomeTooLarge           = "too-large"
 	outcomeUpstreamError      = "upstream-error"
 	outcomeBadRequest         = "bad-request"
+	outcomeClientGone         = "client-gone"
 )
 
 // Store operation names, the op label of the store metrics.

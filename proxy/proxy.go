@@ -188,12 +188,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // upstreamError answers 504 when the upstream ran past UpstreamTimeout, 502
 // when it could not be reached or broke off, and 400 when the sender's own
-// body broke off; a claim is released first.
+// body broke off; a claim is released first. When the sender hung up (its
+// request's context was cancelled, and not by Abandon) the answer reaches no
+// one, and the outcome says client-gone rather than blaming the upstream.
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	status, outcome := http.StatusBadGateway, outcomeUpstreamError
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		status = http.StatusGatewayTimeout
+	}
+	if errors.Is(r.Context().Err(), context.Canceled) && h.abandon.Err() == nil {
+		outcome = outcomeClientGone
 	}
 	c, _ := r.Context().Value(claimedKey{}).(*claimed)
 	if c != nil {
@@ -214,10 +219,10 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		ex.upstreamErr = err
 		ex.outcome = outcome
 	}
-	switch {
-	case outcome == outcomeBadRequest:
+	switch outcome {
+	case outcomeBadRequest:
 		h.log.Debug("sender's body broke off", zap.Error(err))
-	case r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded):
+	case outcomeClientGone:
 		h.log.Debug("upstream request cancelled: the sender went away", zap.Error(err))
 	default:
 		h.log.Warn("upstream error", zap.String("path", r.URL.Path), zap.Int("status", status), zap.Error(err))

@@ -82,6 +82,7 @@ type fixture struct {
 	store proxy.Store
 	h     *proxy.Handler
 	srv   *httptest.Server
+	reg   *prometheus.Registry // the handler's metrics
 }
 
 // newFixture runs the proxy in front of a fresh upstream with routes (the
@@ -99,7 +100,8 @@ func newFixture(t *testing.T, routes string, cfg proxy.Config) *fixture {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "test:"
 	}
-	cfg.Metrics = proxy.NewMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = proxy.NewMetrics(reg)
 	for _, entry := range strings.Split(routes, ",") {
 		path, spec, _ := strings.Cut(entry, "=")
 		src, err := providers.ParseSource(path, spec, providers.Options{})
@@ -111,7 +113,44 @@ func newFixture(t *testing.T, routes string, cfg proxy.Config) *fixture {
 	h := proxy.New(cfg)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{up: up, store: cfg.Store, h: h, srv: srv}
+	return &fixture{up: up, store: cfg.Store, h: h, srv: srv, reg: reg}
+}
+
+// counter is the value of the metric name whose label has the value, summed
+// over its other labels; 0 when there is no such series.
+func (f *fixture) counter(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, fam := range families {
+		if fam.GetName() != name {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// pollCounter waits, with a deadline, for a counter to reach want: a
+// handler whose sender is gone finishes after the sender stops waiting.
+func (f *fixture) pollCounter(t *testing.T, name, label, value string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.counter(t, name, label, value) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s{%s=%q} = %v after 5s, want %v", name, label, value, f.counter(t, name, label, value), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (f *fixture) post(t *testing.T, path string, header map[string]string, body string) *http.Response {
@@ -396,6 +435,66 @@ func TestClientGoneReleases(t *testing.T) {
 	cancel()
 	<-done
 	pollFree(t, f.store, "test:github:c1")
+	// Counted as the sender's doing, not as an upstream error.
+	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
+	if n := f.counter(t, "webhook_dedup_requests_total", "outcome", "upstream-error"); n != 0 {
+		t.Errorf("counted %v upstream errors, want 0", n)
+	}
+}
+
+// stallingStore is an embedded store whose claims wait for their caller to
+// give up, as a Redis call in progress does when the sender hangs up.
+type stallingStore struct {
+	*dedup.Memory
+	claiming chan struct{}
+}
+
+func (s stallingStore) Claim(ctx context.Context, key string, _ time.Duration) (dedup.Claim, dedup.Record, error) {
+	s.claiming <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, ctx.Err())
+	case <-time.After(10 * time.Second): // the test failed: let the server close
+		return dedup.Claim{}, dedup.Record{}, errDown
+	}
+}
+
+// TestSenderGoneDuringClaim: a sender that hangs up while its event is
+// being claimed is counted as client-gone, not as a store failure, and
+// nothing is forwarded. (net/http notices a closed connection once the
+// body has been read, as it is on a JSON route.)
+func TestSenderGoneDuringClaim(t *testing.T) {
+	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan struct{}, 1)}
+	t.Cleanup(func() { st.Close() })
+	f := newFixture(t, "/events=json:id", proxy.Config{Store: st})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/events", strings.NewReader(`{"id":"c2"}`))
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-st.claiming
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the request succeeded after its sender cancelled it")
+	}
+	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
+	for _, outcome := range []string{"store-unavailable", "forwarded"} {
+		if n := f.counter(t, "webhook_dedup_requests_total", "outcome", outcome); n != 0 {
+			t.Errorf("counted %v %s, want 0", n, outcome)
+		}
+	}
+	if n := f.counter(t, "webhook_dedup_store_errors_total", "op", "claim"); n != 0 {
+		t.Errorf("counted %v claim errors, want 0", n)
+	}
+	if n := f.up.calls.Load(); n != 0 {
+		t.Errorf("the upstream was called %d times, want 0", n)
+	}
 }
 
 func assertFree(t *testing.T, s proxy.Store, key string) {

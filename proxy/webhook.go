@@ -117,6 +117,10 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 	for {
 		start := time.Now()
 		claim, rec, err := h.cfg.Store.Claim(ctx, wh.key, h.cfg.LeaseTTL)
+		if err != nil && ctx.Err() != nil {
+			h.senderGone(w, wh, err) // not the store's failure
+			return
+		}
 		h.m.observeStore(opClaim, start, err)
 		if err != nil {
 			h.storeUnavailable(w, r, wh, err)
@@ -144,7 +148,10 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 		// In flight: wait for the first copy's outcome.
 		rec, err = h.awaitOutcome(ctx, wh.key, waitUntil)
 		switch {
-		case err != nil && ctx.Err() == nil && !errors.Is(err, errWaitOver):
+		case ctx.Err() != nil:
+			h.senderGone(w, wh, ctx.Err())
+			return
+		case err != nil && !errors.Is(err, errWaitOver):
 			h.storeUnavailable(w, r, wh, err)
 			return
 		case rec.State == dedup.Completed:
@@ -173,6 +180,9 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 		if errors.Is(err, dedup.ErrNotFound) {
 			h.m.observeStore(opLookup, start, nil)
 			return dedup.Record{State: dedup.Absent}, nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return rec, ctx.Err() // the sender is gone, not the store
 		}
 		h.m.observeStore(opLookup, start, err)
 		if err != nil || rec.State != dedup.InFlight {
@@ -363,6 +373,16 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *w
 	h.answer(w, wh, http.StatusServiceUnavailable, outcomeStoreUnavailable, "dedup store unavailable, retry later")
 }
 
+// senderGone ends a webhook whose sender hung up while its event was being
+// looked up: net/http cancelled the request's context, which interrupted
+// the store call. Nothing was forwarded. The answer is for a sender that
+// only half-closed its connection, if any: retry later.
+func (h *Handler) senderGone(w http.ResponseWriter, wh *webhook, err error) {
+	wh.err = err
+	w.Header().Set("Retry-After", storeErrorRetryAfter)
+	h.answer(w, wh, http.StatusServiceUnavailable, outcomeClientGone, "the sender went away")
+}
+
 // duplicate answers a duplicate of a completed event.
 func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record) {
 	h.checkPayload(wh, rec)
@@ -408,6 +428,10 @@ func (h *Handler) seenBody(w http.ResponseWriter, r *http.Request, wh *webhook) 
 	if errors.Is(err, dedup.ErrNotFound) {
 		h.m.observeStore(opLookup, start, nil)
 		return false
+	}
+	if err != nil && r.Context().Err() != nil {
+		h.senderGone(w, wh, err)
+		return true
 	}
 	h.m.observeStore(opLookup, start, err)
 	if err != nil {
