@@ -70,6 +70,14 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 		wh.body = buf.Bytes()
 		wh.replay.Reset(wh.body)
 		r.Body = &wh.replay
+	} else if 0 < r.ContentLength && r.ContentLength <= maxArrivedBody {
+		buf := h.pool.get()
+		defer h.pool.put(buf)
+		if err := h.takeArrivedBody(r, wh, buf); err != nil {
+			wh.err = err
+			h.answer(w, wh, http.StatusBadRequest, outcomeBadRequest, "could not read the body")
+			return
+		}
 	}
 
 	if ext.Verifier != nil {
@@ -105,6 +113,37 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 		return
 	}
 	h.claimAndForward(w, r, wh)
+}
+
+// maxArrivedBody bounds the declared length of a body that takeArrivedBody
+// reads on a route that streams.
+const maxArrivedBody = 16 << 10
+
+// takeArrivedBody makes one read of a small body on a route that streams
+// it (a header-sourced ID, no signature to check). A webhook's body usually
+// arrives with its headers and is already in net/http's buffer, so that
+// read does not wait. When it returns the whole body, the body is handed
+// on from memory, as on routes that read it: its headers and body then
+// reach the upstream in one write, not two. When it returns only a part,
+// that part goes first and the rest streams. Either way the proxy holds
+// one chunk at most, waits only as a streaming copy waits for its first
+// bytes, and answers no 413 (MAX_BODY_BYTES is for routes that must hold
+// the body).
+func (h *Handler) takeArrivedBody(r *http.Request, wh *webhook, buf *bytes.Buffer) error {
+	buf.Grow(int(r.ContentLength))
+	chunk := buf.AvailableBuffer()[:r.ContentLength]
+	n, err := r.Body.Read(chunk)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return errors.Join(errBodyRead, err)
+	}
+	if int64(n) == r.ContentLength {
+		wh.body = chunk[:n]
+		wh.replay.Reset(wh.body)
+		r.Body = &wh.replay
+		return nil
+	}
+	r.Body = readCloser{io.MultiReader(bytes.NewReader(chunk[:n]), r.Body), r.Body}
+	return nil
 }
 
 // claimAndForward claims the event and forwards it, or answers the duplicate.
