@@ -423,14 +423,7 @@ func TestClientGoneReleases(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/gh", strings.NewReader("{}"))
 	req.Header.Set("X-GitHub-Delivery", "c1")
-	done := make(chan error, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		done <- err
-	}()
+	done := doAsync(req)
 	<-arrived
 	cancel()
 	<-done
@@ -440,6 +433,20 @@ func TestClientGoneReleases(t *testing.T) {
 	if n := f.counter(t, "webhook_dedup_requests_total", "outcome", "upstream-error"); n != 0 {
 		t.Errorf("counted %v upstream errors, want 0", n)
 	}
+}
+
+// doAsync sends req from another goroutine; its error (nil once answered)
+// arrives on the channel.
+func doAsync(req *http.Request) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	return done
 }
 
 // stallingStore is an embedded store whose claims wait for their caller to
@@ -470,14 +477,7 @@ func TestSenderGoneDuringClaim(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/events", strings.NewReader(`{"id":"c2"}`))
-	done := make(chan error, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		done <- err
-	}()
+	done := doAsync(req)
 	<-st.claiming
 	cancel()
 	if err := <-done; err == nil {

@@ -156,15 +156,11 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 	for {
 		start := time.Now()
 		claim, rec, err := h.cfg.Store.Claim(ctx, wh.key, h.cfg.LeaseTTL)
-		if err != nil && ctx.Err() != nil {
-			h.senderGone(w, wh, err) // not the store's failure
-			return
-		}
-		h.m.observeStore(opClaim, start, err)
 		if err != nil {
-			h.storeUnavailable(w, r, wh, err)
+			h.storeFailed(w, r, wh, opClaim, start, err)
 			return
 		}
+		h.m.observeStore(opClaim, start, nil)
 		if claim.Token != "" {
 			h.forwardClaimed(w, r, wh, claim)
 			return
@@ -412,6 +408,18 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *w
 	h.answer(w, wh, http.StatusServiceUnavailable, outcomeStoreUnavailable, "dedup store unavailable, retry later")
 }
 
+// storeFailed answers a webhook whose store call (op, begun at start)
+// failed: the sender's own hang-up, which cancelled the call, or else the
+// store's failure, counted as such.
+func (h *Handler) storeFailed(w http.ResponseWriter, r *http.Request, wh *webhook, op string, start time.Time, err error) {
+	if r.Context().Err() != nil {
+		h.senderGone(w, wh, err)
+		return
+	}
+	h.m.observeStore(op, start, err)
+	h.storeUnavailable(w, r, wh, err)
+}
+
 // senderGone ends a webhook whose sender hung up while its event was being
 // looked up: net/http cancelled the request's context, which interrupted
 // the store call. Nothing was forwarded. The answer is for a sender that
@@ -468,15 +476,11 @@ func (h *Handler) seenBody(w http.ResponseWriter, r *http.Request, wh *webhook) 
 		h.m.observeStore(opLookup, start, nil)
 		return false
 	}
-	if err != nil && r.Context().Err() != nil {
-		h.senderGone(w, wh, err)
-		return true
-	}
-	h.m.observeStore(opLookup, start, err)
 	if err != nil {
-		h.storeUnavailable(w, r, wh, err)
+		h.storeFailed(w, r, wh, opLookup, start, err)
 		return true
 	}
+	h.m.observeStore(opLookup, start, nil)
 	if rec.State != dedup.Completed {
 		return false
 	}
