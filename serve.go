@@ -60,23 +60,23 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler := proxy.New(proxy.Config{
-		Upstream:            cfg.Upstream,
-		Routes:              routes,
-		Store:               st,
-		KeyPrefix:           cfg.KeyPrefix,
-		UpstreamTimeout:     cfg.UpstreamTimeout,
-		LeaseTTL:            cfg.LeaseTTL,
-		MaxBodyBytes:        cfg.MaxBodyBytes,
-		ForwardOnStoreError: cfg.OnStoreError == "forward",
-		RejectMissingID:     cfg.OnMissingID == "reject",
-		BodyFingerprint:     cfg.DedupBodyFingerprint,
-		ReplayResponse:      cfg.ReplayResponse,
-		ReplayMaxBytes:      cfg.ReplayMaxBytes,
-		InflightWait:        cfg.InflightWait,
-		InflightStatus:      cfg.InflightStatus,
-		ShadowMode:          cfg.ShadowMode,
-		Logger:              log,
-		Metrics:             proxy.NewMetrics(reg),
+		Upstream:        cfg.Upstream,
+		Routes:          routes,
+		Store:           st,
+		KeyPrefix:       cfg.KeyPrefix,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		LeaseTTL:        cfg.LeaseTTL,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		OnStoreError:    cfg.OnStoreError,
+		OnMissingID:     cfg.OnMissingID,
+		BodyFingerprint: cfg.DedupBodyFingerprint,
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		InflightWait:    cfg.InflightWait,
+		InflightStatus:  cfg.InflightStatus,
+		ShadowMode:      cfg.ShadowMode,
+		Logger:          log,
+		Metrics:         proxy.NewMetrics(reg),
 	})
 	adm := admin.New(admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")})
 
@@ -199,32 +199,38 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 	return routes, errors.Join(errs...)
 }
 
+// openStore opens the store config chose (config.Store): the one place
+// that turns that choice into a running store.
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
-	rc := dedup.RedisConfig{
-		URL:              cfg.RedisURL,
-		ClusterAddrs:     cfg.RedisClusterAddrs,
-		SentinelAddrs:    cfg.RedisSentinelAddrs,
-		SentinelMaster:   cfg.RedisSentinelMaster,
-		SentinelUsername: cfg.RedisSentinelUsername,
-		SentinelPassword: cfg.RedisSentinelPassword,
-		Username:         cfg.RedisUsername,
-		Password:         cfg.RedisPassword,
-		PoolSize:         cfg.RedisPoolSize,
-		DialTimeout:      cfg.RedisDialTimeout,
-		Timeout:          cfg.RedisTimeout,
-		WaitReplicas:     cfg.RedisWaitReplicas,
-		WaitTimeout:      cfg.RedisWaitTimeout,
-	}
-	if !cfg.UsesRedis() {
-		log.Warn("no Redis configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+	switch cfg.Store.Kind {
+	case config.StoreRedis:
+		return openRedis(cfg, log)
+	default:
+		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
-	mode, variable := "standalone", "REDIS_URL"
-	switch {
-	case len(rc.ClusterAddrs) > 0:
-		mode, variable = "cluster", "REDIS_CLUSTER_ADDRS"
-	case len(rc.SentinelAddrs) > 0:
-		mode, variable = "sentinel", "REDIS_SENTINEL_ADDRS"
+}
+
+// openRedis connects to Redis in the mode config chose, handing dedup only
+// that mode's addresses.
+func openRedis(cfg *config.Config, log *zap.Logger) (store, error) {
+	rc := dedup.RedisConfig{
+		Username:     cfg.RedisUsername,
+		Password:     cfg.RedisPassword,
+		PoolSize:     cfg.RedisPoolSize,
+		DialTimeout:  cfg.RedisDialTimeout,
+		Timeout:      cfg.RedisTimeout,
+		WaitReplicas: cfg.RedisWaitReplicas,
+		WaitTimeout:  cfg.RedisWaitTimeout,
+	}
+	switch cfg.Store.RedisMode {
+	case config.RedisStandalone:
+		rc.URL = cfg.RedisURL
+	case config.RedisCluster:
+		rc.ClusterAddrs = cfg.RedisClusterAddrs
+	case config.RedisSentinel:
+		rc.SentinelAddrs, rc.SentinelMaster = cfg.RedisSentinelAddrs, cfg.RedisSentinelMaster
+		rc.SentinelUsername, rc.SentinelPassword = cfg.RedisSentinelUsername, cfg.RedisSentinelPassword
 	}
 	if cfg.RedisTLS || strings.HasPrefix(rc.URL, "rediss://") {
 		rc.TLS = &dedup.RedisTLS{
@@ -236,11 +242,11 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	}
 	st, err := dedup.OpenRedis(rc)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", variable, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Store.Variable, err)
 	}
-	log.Info("store: redis", zap.String("mode", mode), zap.Bool("tls", rc.TLS != nil),
+	log.Info("store: redis", zap.String("mode", string(cfg.Store.RedisMode)), zap.Bool("tls", rc.TLS != nil),
 		zap.Int("wait_replicas", rc.WaitReplicas), zap.Duration("timeout", rc.Timeout))
-	if mode != "standalone" && rc.WaitReplicas == 0 {
+	if cfg.Store.RedisMode != config.RedisStandalone && rc.WaitReplicas == 0 {
 		log.Info("REDIS_WAIT_REPLICAS is 0: a failover may lose the last records the master acknowledged, and let a duplicate through")
 	}
 	return st, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/webhook-dedup/webhook-dedup/providers"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
 // Config is the whole configuration. Every field is one environment
@@ -59,8 +60,8 @@ type Config struct {
 	LeaseTTL        time.Duration `env:"LEASE_TTL" desc:"lifetime of an in-flight claim; must exceed UPSTREAM_TIMEOUT; empty: UPSTREAM_TIMEOUT + 15s"`
 	MaxBodyBytes    int64         `env:"MAX_BODY_BYTES" envDefault:"10485760" desc:"largest body read for ID extraction, signatures or fingerprints (413 beyond)"`
 
-	OnStoreError string `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
-	OnMissingID  string `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
+	OnStoreError proxy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
+	OnMissingID  proxy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
 
 	SignatureTolerance   time.Duration `env:"SIGNATURE_TOLERANCE" envDefault:"5m" desc:"allowed age (and future skew) of a signed timestamp"`
 	DedupBodyFingerprint bool          `env:"DEDUP_BODY_FINGERPRINT" envDefault:"false" desc:"also treat a body already completed within the TTL as a duplicate"`
@@ -91,6 +92,8 @@ type Config struct {
 	Upstream *url.URL `env:"-"`
 	// RouteSpecs is Routes parsed.
 	RouteSpecs []RouteSpec `env:"-"`
+	// Store is the store chosen by what is configured (chooseStore).
+	Store Store `env:"-"`
 }
 
 // RouteSpec is one PATH=SOURCE entry of ROUTES.
@@ -145,6 +148,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL")
 		}
 	}
+	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
+	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
+	c.Store = c.chooseStore(bad)
 	c.completeRedis(bad)
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
@@ -181,12 +187,6 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 	}
 	if c.MaxHeaderBytes <= 0 {
 		bad("MAX_HEADER_BYTES", "must be positive, got %d", c.MaxHeaderBytes)
-	}
-	if c.OnStoreError != "reject" && c.OnStoreError != "forward" {
-		bad("ON_STORE_ERROR", "must be reject or forward, got %q", c.OnStoreError)
-	}
-	if c.OnMissingID != "forward" && c.OnMissingID != "reject" {
-		bad("ON_MISSING_ID", "must be forward or reject, got %q", c.OnMissingID)
 	}
 	if c.InflightStatus != 409 && c.InflightStatus != 503 {
 		bad("INFLIGHT_STATUS", "must be 409 or 503, got %d", c.InflightStatus)
@@ -261,12 +261,6 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 		return nil, errors.New("no route")
 	}
 	return specs, nil
-}
-
-// UsesRedis reports whether a Redis is configured in any mode; if not, the
-// embedded in-memory store is used.
-func (c *Config) UsesRedis() bool {
-	return c.RedisURL != "" || len(c.RedisClusterAddrs) > 0 || len(c.RedisSentinelAddrs) > 0
 }
 
 // ProviderOptions is what the providers package needs to build sources.
@@ -355,24 +349,7 @@ func WriteUsage(w io.Writer) error {
 // completeRedis validates the Redis settings beyond REDIS_URL, reads
 // REDIS_PASSWORD_FILE into RedisPassword and derives RedisTimeout.
 func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
-	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
-	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
-	var modes []string
-	for _, m := range []struct {
-		name string
-		set  bool
-	}{
-		{"REDIS_URL", c.RedisURL != ""},
-		{"REDIS_CLUSTER_ADDRS", len(c.RedisClusterAddrs) > 0},
-		{"REDIS_SENTINEL_ADDRS", len(c.RedisSentinelAddrs) > 0},
-	} {
-		if m.set {
-			modes = append(modes, m.name)
-		}
-	}
-	if len(modes) > 1 {
-		bad(modes[1], "set together with %s: choose one way to reach Redis", modes[0])
-	}
+	redis := c.Store.Kind == StoreRedis
 	for _, list := range []struct {
 		name  string
 		addrs []string
@@ -431,7 +408,7 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 		{"REDIS_TLS_KEY_FILE", c.RedisTLSKeyFile}, {"REDIS_TLS_SERVER_NAME", c.RedisTLSServerName},
 	}
 	for _, f := range tlsFiles {
-		if f.value != "" && !c.RedisTLS && !urlTLS && len(modes) > 0 {
+		if f.value != "" && !c.RedisTLS && !urlTLS && redis {
 			bad(f.name, "TLS is off: set REDIS_TLS=true, or write rediss:// in REDIS_URL")
 		}
 	}
@@ -453,7 +430,7 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 		}
 	}
 
-	if len(modes) == 0 {
+	if !redis {
 		// Without Redis these would be ignored in silence, and the proxy
 		// would run on the embedded store the operator did not mean.
 		redisOnly := append([]struct{ name, value string }{

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
 func base() map[string]string {
@@ -17,7 +19,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if cfg.ListenAddr != ":8080" || cfg.AdminAddr != ":9090" || cfg.KeyPrefix != "webhook-dedup:" ||
 		cfg.UpstreamTimeout != 30*time.Second || cfg.LeaseTTL != 45*time.Second || cfg.MaxBodyBytes != 10485760 ||
-		cfg.OnStoreError != "reject" || cfg.OnMissingID != "forward" || cfg.SignatureTolerance != 5*time.Minute ||
+		cfg.OnStoreError != proxy.RejectOnStoreError || cfg.OnMissingID != proxy.ForwardMissingID || cfg.SignatureTolerance != 5*time.Minute ||
 		cfg.InflightStatus != 409 || cfg.ReplayMaxBytes != 65536 || cfg.ShutdownTimeout != 25*time.Second {
 		t.Fatalf("defaults differ from SPEC.md: %+v", cfg)
 	}
