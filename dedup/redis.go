@@ -138,7 +138,7 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 	// The same value on every attempt: the script accepts it again if an
 	// earlier attempt wrote it but its answer was lost.
 	value := encodeCompleted(res, time.Now().UnixMilli())
-	err := retry(ctx, func(ctx context.Context) error {
+	err := retry(ctx, transient, func(ctx context.Context) error {
 		return s.onMaster(ctx, c.Key, func(conn redis.Scripter, replicate func() error) error {
 			n, err := completeScript.Run(ctx, conn, []string{c.Key}, ownerPrefix(tok), value, millis(ttl)).Int64()
 			if err != nil {
@@ -293,10 +293,11 @@ func (s *Redis) master(ctx context.Context, key string) (*redis.Client, error) {
 // not kept long.
 const completeRetryFor = 5 * time.Second
 
-// retry calls op until it succeeds or fails for good, with growing pauses,
-// for at most completeRetryFor and while ctx lasts. When time runs out it
-// returns the failure that made it retry, with the context's error.
-func retry(ctx context.Context, op func(ctx context.Context) error) error {
+// retry calls op until it succeeds or fails for good (a failure transient
+// does not accept), with growing pauses, for at most completeRetryFor and
+// while ctx lasts. When time runs out it returns the failure that made it
+// retry, with the context's error.
+func retry(ctx context.Context, transient func(error) bool, op func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, completeRetryFor)
 	defer cancel()
 	pause := 20 * time.Millisecond
