@@ -55,6 +55,16 @@ type Config struct {
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
 
+	// PostgreSQL, the cache in front of any store, and the bound on each
+	// store operation (validated by completePostgres).
+	DatabaseURL         string        `env:"DATABASE_URL" desc:"postgres:// URL of the PostgreSQL database that keeps the records and the async queue (instead of REDIS_URL)"`
+	DatabaseAutoMigrate bool          `env:"DATABASE_AUTO_MIGRATE" envDefault:"true" desc:"create the PostgreSQL tables at start when missing; false: expect them (webhook-dedup migrate)"`
+	DatabaseTablePrefix string        `env:"DATABASE_TABLE_PREFIX" envDefault:"webhook_dedup_" desc:"start of the PostgreSQL tables' names: lower-case letters, digits and _, at most 40"`
+	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" desc:"how often expired rows are deleted from PostgreSQL, in small batches"`
+	CacheSize           int           `env:"CACHE_SIZE" envDefault:"0" desc:"completed records kept in this process's memory, answering their duplicates without the store; 0: no cache"`
+	CacheTTL            time.Duration `env:"CACHE_TTL" envDefault:"1m" desc:"longest a record stays cached (a forget on another replica is seen within it)"`
+	StoreTimeout        time.Duration `env:"STORE_TIMEOUT" envDefault:"1s" desc:"limit on each store operation (PostgreSQL)"`
+
 	DedupTTL        time.Duration `env:"DEDUP_TTL" desc:"lifetime of completed records on every route; empty: each preset's own (generic sources: 72h)"`
 	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
 	LeaseTTL        time.Duration `env:"LEASE_TTL" desc:"lifetime of an in-flight claim; must exceed UPSTREAM_TIMEOUT; empty: UPSTREAM_TIMEOUT + 15s"`
@@ -152,6 +162,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
 	c.Store = c.chooseStore(bad)
 	c.completeRedis(bad)
+	c.completePostgres(bad)
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
 	}

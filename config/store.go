@@ -9,6 +9,8 @@ const (
 	StoreMemory StoreKind = "memory"
 	// StoreRedis is Redis, reached in the way Store.RedisMode says.
 	StoreRedis StoreKind = "redis"
+	// StorePostgres is PostgreSQL: DATABASE_URL.
+	StorePostgres StoreKind = "postgres"
 )
 
 // RedisMode is how Redis is reached.
@@ -46,6 +48,7 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_URL", RedisStandalone}, c.RedisURL != ""},
 		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
+		{Store{StorePostgres, "DATABASE_URL", ""}, c.DatabaseURL != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {
