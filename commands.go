@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
@@ -66,9 +68,9 @@ func storeCommand(ctx context.Context, cmd string, args []string, environ map[st
 		return usageError(fmt.Errorf("configuration:\n%w", err))
 	}
 	if cfg.Store.Kind == config.StoreMemory {
-		return usageError(errors.New("REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS): required: the embedded store lives inside the serving process, out of reach of this command"))
+		return usageError(errors.New("REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS, DATABASE_URL): required: the embedded store lives inside the serving process, out of reach of this command"))
 	}
-	st, err := openStore(cfg, zap.NewNop())
+	st, err := openStore(cfg, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		return usageError(err)
 	}

@@ -51,14 +51,14 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return usageError(fmt.Errorf("configuration:\n%w", err))
 	}
-	st, err := openStore(cfg, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	st, err := openStore(cfg, log, reg)
 	if err != nil {
 		return usageError(err)
 	}
 	defer st.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler := proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Routes:          routes,
@@ -199,14 +199,25 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 	return routes, errors.Join(errs...)
 }
 
-// openStore opens the store config chose (config.Store): the one place
-// that turns that choice into a running store.
-func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
+// openStore opens the store config chose (config.Store), with the cache
+// in front when CACHE_SIZE says so: the one place that turns that choice
+// into a running store. Its metrics go to reg.
+func openStore(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (store, error) {
+	st, err := openChosenStore(cfg, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return withCache(cfg, st, log, reg), nil
+}
+
+func openChosenStore(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:
 		return openRedis(cfg, log)
+	case config.StorePostgres:
+		return openPostgres(cfg, log, reg)
 	default:
-		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS or DATABASE_URL): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
 }

@@ -35,9 +35,14 @@ type PostgresConfig struct {
 	// Pruned, if set, is told how many expired rows each pruning round
 	// deleted (a metric). Nil: nobody.
 	Pruned func(rows int)
-	// PruneFailed, if set, is told why a pruning round failed (a log
-	// line). Nil: nobody; the next round tries again.
-	PruneFailed func(err error)
+	// AutoMigrate creates the tables at open when they are missing
+	// (Migrate); if the database cannot be reached then, it tries again
+	// every second in the background until it succeeds.
+	AutoMigrate bool
+	// Failed, if set, is told why a background task ("migrate" or
+	// "prune") failed (a log line); each tries again later by itself.
+	// Nil: nobody is told.
+	Failed func(task string, err error)
 }
 
 // Postgres is a store kept in PostgreSQL: one row per event ID in a table
@@ -52,11 +57,11 @@ type Postgres struct {
 	sql     statements
 	timeout time.Duration
 
-	batch       int
-	pruned      func(int)
-	pruneFailed func(error)
-	stop        context.CancelFunc
-	done        sync.WaitGroup
+	batch  int
+	pruned func(int)
+	failed func(string, error)
+	stop   context.CancelFunc
+	done   sync.WaitGroup
 
 	notifyOnce sync.Once
 	notify     chan struct{}
@@ -111,11 +116,20 @@ func OpenPostgres(cfg PostgresConfig) (*Postgres, error) {
 	}
 	s := &Postgres{
 		pool: pool, prefix: cfg.TablePrefix, sql: newStatements(cfg.TablePrefix), timeout: cfg.Timeout,
-		batch: cfg.PruneBatch, pruned: cfg.Pruned, pruneFailed: cfg.PruneFailed,
+		batch: cfg.PruneBatch, pruned: cfg.Pruned, failed: cfg.Failed,
+	}
+	if s.failed == nil {
+		s.failed = func(string, error) {}
 	}
 	var ctx context.Context
 	ctx, s.stop = context.WithCancel(context.Background())
 	s.listenCtx = ctx
+	if cfg.AutoMigrate {
+		if err := s.Migrate(ctx); err != nil {
+			s.failed("migrate", err)
+			s.done.Go(func() { s.migrateUntilDone(ctx) })
+		}
+	}
 	if cfg.PruneInterval > 0 {
 		s.done.Go(func() { s.pruneEvery(ctx, cfg.PruneInterval) })
 	}
@@ -391,11 +405,32 @@ func (s *Postgres) pruneEvery(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 		n, err := s.Prune(ctx)
-		if err != nil && ctx.Err() == nil && s.pruneFailed != nil {
-			s.pruneFailed(err)
+		if err != nil && ctx.Err() == nil {
+			s.failed("prune", err)
 		}
 		if n > 0 && s.pruned != nil {
 			s.pruned(n)
+		}
+	}
+}
+
+// migrateUntilDone tries Migrate every second until it succeeds or ctx
+// ends.
+func (s *Postgres) migrateUntilDone(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := s.Migrate(ctx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() == nil {
+			s.failed("migrate", err)
 		}
 	}
 }

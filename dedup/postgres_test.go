@@ -260,3 +260,29 @@ func TestPostgresPruneEvery(t *testing.T) {
 		t.Fatal("nothing pruned within 10s")
 	}
 }
+
+// TestPostgresAutoMigrateLater checks tables are created once a database
+// that was down at start answers, without reopening the store.
+func TestPostgresAutoMigrateLater(t *testing.T) {
+	srv := pgtest.New(t)
+	url := srv.NewDatabase(t)
+	srv.Stop()
+	failed := make(chan string, 100)
+	s, err := OpenPostgres(PostgresConfig{URL: url, AutoMigrate: true, Failed: func(task string, err error) {
+		select {
+		case failed <- task:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if task := <-failed; task != "migrate" {
+		t.Errorf("failed task %q, want migrate", task)
+	}
+	srv.Start(t)
+	ctx := context.Background()
+	eventually(t, "the tables to be created once the database answers", func() bool { return s.Ping(ctx) == nil })
+	mustClaim(t, s, "k", lease)
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// migrate creates the configured store's tables (`webhook-dedup migrate`),
+// or prints the SQL it would run (`migrate --print`, for DBAs who apply
+// migrations themselves; the database is not contacted).
+func migrate(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
+	printOnly := false
+	switch {
+	case len(args) == 1 && args[0] == "--print":
+		printOnly = true
+	case len(args) > 0:
+		return usageError(errors.New("usage: webhook-dedup migrate [--print]"))
+	}
+	cfg, err := config.LoadForStore(environ)
+	if err != nil {
+		return usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	switch cfg.Store.Kind {
+	case config.StorePostgres:
+		return migratePostgres(ctx, cfg, printOnly, stdout)
+	default:
+		return usageError(errors.New("DATABASE_URL: required: migrate creates the tables of a PostgreSQL store (Redis and the embedded store need none)"))
+	}
+}
+
+func migratePostgres(ctx context.Context, cfg *config.Config, printOnly bool, stdout io.Writer) error {
+	if printOnly {
+		sql, err := dedup.PostgresSchema(cfg.DatabaseTablePrefix)
+		if err != nil {
+			return usageError(fmt.Errorf("DATABASE_TABLE_PREFIX: %w", err))
+		}
+		_, err = io.WriteString(stdout, sql)
+		return err
+	}
+	// Creating tables can wait behind another replica's migration: more
+	// time than one store operation.
+	st, err := dedup.OpenPostgres(dedup.PostgresConfig{URL: cfg.DatabaseURL, TablePrefix: cfg.DatabaseTablePrefix, Timeout: max(cfg.StoreTimeout, 30*time.Second)})
+	if err != nil {
+		return usageError(fmt.Errorf("DATABASE_URL: %w", err))
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "tables %srecords and %squeue are in place\n", cfg.DatabaseTablePrefix, cfg.DatabaseTablePrefix)
+	return err
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// openPostgres opens the PostgreSQL store, pruning every PRUNE_INTERVAL
+// (counted in webhook_dedup_store_pruned_total), and creates its tables
+// when DATABASE_AUTO_MIGRATE says so. A database that cannot be reached
+// at start does not stop the proxy: it is logged, /readyz answers 503,
+// and the tables are created once it answers.
+func openPostgres(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (store, error) {
+	pruned := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "webhook_dedup_store_pruned_total",
+		Help: "Expired rows deleted from the PostgreSQL tables by this process's pruning.",
+	})
+	if err := reg.Register(pruned); err != nil {
+		return nil, err
+	}
+	plog := log.Named("postgres")
+	st, err := dedup.OpenPostgres(dedup.PostgresConfig{
+		URL:           cfg.DatabaseURL,
+		TablePrefix:   cfg.DatabaseTablePrefix,
+		Timeout:       cfg.StoreTimeout,
+		PruneInterval: cfg.PruneInterval,
+		Pruned: func(n int) {
+			pruned.Add(float64(n))
+			plog.Debug("pruned expired rows", zap.Int("rows", n))
+		},
+		AutoMigrate: cfg.DatabaseAutoMigrate,
+		Failed: func(task string, err error) {
+			plog.Error(task+" failed; trying again later", zap.Error(err))
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	tables := cfg.DatabaseTablePrefix + "records, " + cfg.DatabaseTablePrefix + "queue"
+	plog.Info("store: postgres", zap.String("tables", tables), zap.Bool("auto_migrate", cfg.DatabaseAutoMigrate),
+		zap.Duration("timeout", cfg.StoreTimeout), zap.Duration("prune_interval", cfg.PruneInterval))
+	if !cfg.DatabaseAutoMigrate {
+		if err := st.Ping(context.Background()); err != nil {
+			plog.Error("the tables are missing or the database does not answer (DATABASE_AUTO_MIGRATE=false: create them with `webhook-dedup migrate`)",
+				zap.String("tables", tables), zap.Error(err))
+		}
+	}
+	return st, nil
+}
+
+// withCache puts the cache of completed records in front of st when
+// CACHE_SIZE is set, counting its answers in webhook_dedup_cache_hits_total.
+func withCache(cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) store {
+	if cfg.CacheSize == 0 {
+		return st
+	}
+	hits := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "webhook_dedup_cache_hits_total",
+		Help: "Claims and lookups answered from this process's cache of completed records, without the store.",
+	})
+	reg.MustRegister(hits)
+	log.Info("cache of completed records", zap.Int("size", cfg.CacheSize), zap.Duration("ttl", cfg.CacheTTL))
+	return dedup.NewCache(st, dedup.CacheConfig{Size: cfg.CacheSize, TTL: cfg.CacheTTL, Hit: hits.Inc})
+}
