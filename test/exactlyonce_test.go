@@ -29,16 +29,17 @@ const (
 func TestExactlyOnceRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
-	exactlyOnceRun(t, "redis", srv.URL())
+	exactlyOnceRun(t, "redis", map[string]string{"REDIS_URL": srv.URL()})
 }
 
 // TestExactlyOnceEmbedded is the same run on the embedded store.
 func TestExactlyOnceEmbedded(t *testing.T) {
 	t.Parallel()
-	exactlyOnceRun(t, "embedded", "")
+	exactlyOnceRun(t, "embedded", nil)
 }
 
-func exactlyOnceRun(t *testing.T, store, redisURL string) {
+// exactlyOnceRun runs it on the store storeEnv configures.
+func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string) {
 	app := newUpstream(t)
 	app.FailWhen(func(k string, attempt int) bool { return seeded(runSeed, runFailOneIn, k, attempt) })
 	// A few milliseconds of work, so that concurrent copies overlap.
@@ -48,11 +49,12 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 	env := map[string]string{
 		"UPSTREAM_URL":     app.URL,
 		"ROUTES":           routes(allProviders...),
-		"REDIS_URL":        redisURL,
 		"UPSTREAM_TIMEOUT": "10s",
 	}
-	for k, v := range signedSecrets {
-		env[k] = v
+	for _, vars := range []map[string]string{signedSecrets, storeEnv} {
+		for k, v := range vars {
+			env[k] = v
+		}
 	}
 	px := startProxy(t, env)
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
