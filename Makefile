@@ -1,5 +1,6 @@
 # webhook-dedup: build, test, lint. `make test` is the whole test suite; it
-# installs what the tests need (redis-server from Debian) when it is missing.
+# installs what the tests need (redis-server and postgresql from Debian)
+# when it is missing.
 
 GO       ?= go
 FUZZTIME ?= 30000x
@@ -21,7 +22,9 @@ build:
 test: deps
 	$(GO) test -race -count=1 ./...
 
-# What the tests run for real: redis-server (Debian) and kustomize (Go).
+# What the tests run for real: redis-server and PostgreSQL (Debian; the
+# tests run initdb and postgres themselves, as an unprivileged user when
+# root) and kustomize (Go).
 deps:
 	@command -v kustomize >/dev/null || \
 	  test -x "$$($(GO) env GOPATH)/bin/kustomize" || \
@@ -29,6 +32,7 @@ deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
