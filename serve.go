@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -216,8 +217,15 @@ func openChosenStore(cfg *config.Config, log *zap.Logger, reg prometheus.Registe
 		return openRedis(cfg, log)
 	case config.StorePostgres:
 		return openPostgres(cfg, log, reg)
+	case config.StoreDisk:
+		st, err := dedup.OpenDisk(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("DATA_DIR: %w", err)
+		}
+		log.Info("store: embedded, on disk", zap.String("file", filepath.Join(cfg.DataDir, dedup.DiskFile)))
+		return st, nil
 	default:
-		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS or DATABASE_URL): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		log.Warn("no store configured (DATA_DIR, REDIS_URL, REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS or DATABASE_URL): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
 }

@@ -1,5 +1,7 @@
 package config
 
+import "os"
+
 // StoreKind names the store that keeps the records.
 type StoreKind string
 
@@ -11,6 +13,8 @@ const (
 	StoreRedis StoreKind = "redis"
 	// StorePostgres is PostgreSQL: DATABASE_URL.
 	StorePostgres StoreKind = "postgres"
+	// StoreDisk is the embedded store in a file under DATA_DIR.
+	StoreDisk StoreKind = "disk"
 )
 
 // RedisMode is how Redis is reached.
@@ -48,7 +52,8 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_URL", RedisStandalone}, c.RedisURL != ""},
 		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
-		{Store{StorePostgres, "DATABASE_URL", ""}, c.DatabaseURL != ""},
+		{Store{Kind: StorePostgres, Variable: "DATABASE_URL"}, c.DatabaseURL != ""},
+		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {
@@ -62,5 +67,26 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 	for _, other := range chosen[1:] {
 		bad(other.Variable, "set together with %s: configure exactly one store", chosen[0].Variable)
 	}
+	if chosen[0].Kind == StoreDisk {
+		if err := writableDir(c.DataDir); err != nil {
+			bad("DATA_DIR", "%s is not a directory this process can write in: %v", c.DataDir, err)
+		}
+	}
 	return chosen[0]
+}
+
+// writableDir makes sure dir is a directory this process can create files
+// in, creating it (and its parents) if missing: the store's file is opened
+// later, and a read-only volume had better be reported now, naming DATA_DIR.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".webhook-dedup-write-test-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }

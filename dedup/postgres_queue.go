@@ -18,7 +18,9 @@ var _ Queue = (*Postgres)(nil)
 // enqueueSQL claims the key for an async event (state queued, no expiry
 // while it waits) and stores its request, in one statement, so one
 // commit makes both durable or neither; a queue row left by an expired
-// dead letter is replaced. Listeners hear of it once it commits.
+// dead letter is replaced. Listeners hear of it once it commits: the
+// notification is made per queued row (LATERAL), so a duplicate, which
+// queues nothing, sends none.
 const enqueueSQL = `WITH won AS (
 	INSERT INTO %[1]srecords AS r (key, state, token, since, expires_at)
 	VALUES ($1, 3, NULL, now(), 'infinity')
@@ -33,7 +35,7 @@ const enqueueSQL = `WITH won AS (
 		lease_token = NULL, last_status = NULL, last_error = NULL, failed_at = NULL
 	RETURNING q.key
 )
-SELECT true, ` + noRecord + ` FROM queued, (SELECT pg_notify($9, '')) AS notified
+SELECT true, ` + noRecord + ` FROM queued CROSS JOIN LATERAL (SELECT pg_notify($9, queued.key)) AS notified
 UNION ALL
 ` + existing
 
@@ -54,10 +56,10 @@ RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.remote_addr, q.tls
 // succeedSQL completes a delivery its holder still owns: the request goes,
 // the record becomes a completed one.
 const succeedSQL = `WITH mine AS (
-	DELETE FROM %[1]squeue WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key
+	DELETE FROM %[1]squeue WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key, attempts
 )
 UPDATE %[1]srecords r SET state = 2, token = NULL, since = now(), expires_at = now() + $3::bigint * interval '1 microsecond',
-	status = $4, fingerprint = $5, content_type = $6, body = $7
+	status = $4, fingerprint = $5, content_type = $6, body = $7, attempts = mine.attempts
 FROM mine WHERE r.key = mine.key`
 
 // retrySQL gives a delivery back to the queue, due at $3.
@@ -77,16 +79,16 @@ FROM mine WHERE r.key = mine.key`
 // says what the key held: requeued, or the live record's state (NULL:
 // none).
 const requeueSQL = `WITH mine AS (
-	UPDATE %[1]squeue q SET failed_at = NULL, attempts = 0, due_at = now(), lease_token = NULL
+	UPDATE %[1]squeue q SET failed_at = NULL, attempts = 0, accepted_at = now(), due_at = now(), lease_token = NULL
 	FROM %[1]srecords r
 	WHERE q.key = $1 AND q.failed_at IS NOT NULL AND r.key = q.key AND r.expires_at > now()
 	RETURNING q.key
 ), kept AS (
-	UPDATE %[1]srecords r SET expires_at = 'infinity' FROM mine WHERE r.key = mine.key
+	UPDATE %[1]srecords r SET expires_at = 'infinity', since = now() FROM mine WHERE r.key = mine.key
 )
 SELECT EXISTS (SELECT FROM mine),
 	EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND expires_at > now()),
-	(SELECT pg_notify($2, '') FROM mine) IS NOT NULL`
+	(SELECT pg_notify($2, mine.key) FROM mine) IS NOT NULL`
 
 // deadLettersSQL lists live dead letters in key order, after the cursor.
 const deadLettersSQL = `SELECT q.key, q.attempts, q.last_status, q.last_error, q.failed_at

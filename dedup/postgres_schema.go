@@ -34,7 +34,8 @@ func CheckTablePrefix(prefix string) error {
 //
 // records holds one row per event ID: its state, its claim's token, when
 // it was claimed or completed and when it expires (infinity while an async
-// event is queued or being delivered), and the completed result. Expired
+// event is queued or being delivered), the completed result, and for an
+// async event delivered, the attempts it took. Expired
 // rows are ignored by every read, taken over by a claim, and deleted by
 // the pruner, which the expires_at index keeps cheap.
 //
@@ -53,7 +54,8 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS %[1]srecords (
 	status       integer,
 	fingerprint  bytea,
 	content_type text,
-	body         bytea
+	body         bytea,
+	attempts     integer
 );
 CREATE INDEX IF NOT EXISTS %[1]srecords_expires_at ON %[1]srecords (expires_at);
 CREATE TABLE IF NOT EXISTS %[1]squeue (
@@ -132,8 +134,8 @@ const recordColumns = `CASE WHEN q.key IS NULL THEN r.state
 	r.since,
 	CASE WHEN r.expires_at = 'infinity' THEN 0 ELSE (extract(epoch FROM r.expires_at - now()) * 1000000)::bigint END,
 	r.status, r.fingerprint, r.content_type, r.body,
-	q.attempts, q.last_status, q.last_error,
-	CASE WHEN q.lease_token IS NULL AND q.failed_at IS NULL THEN q.due_at END`
+	coalesce(q.attempts, r.attempts), q.last_status, q.last_error,
+	CASE WHEN q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()) THEN q.due_at END`
 
 // noRecord is recordColumns' width in NULLs, for the row of a won claim.
 const noRecord = `NULL::integer, NULL::timestamptz, NULL::bigint, NULL::integer, NULL::bytea, NULL::text, NULL::bytea,
@@ -143,7 +145,7 @@ const noRecord = `NULL::integer, NULL::timestamptz, NULL::bigint, NULL::integer,
 // taken over as if it were absent; a live one is left alone.
 const claimTakeover = `ON CONFLICT (key) DO UPDATE SET state = excluded.state, token = excluded.token,
 		since = excluded.since, expires_at = excluded.expires_at,
-		status = NULL, fingerprint = NULL, content_type = NULL, body = NULL
+		status = NULL, fingerprint = NULL, content_type = NULL, body = NULL, attempts = NULL
 	WHERE r.expires_at <= now()`
 
 // existing answers a claim that did not win with the live record that

@@ -286,3 +286,33 @@ func TestPostgresAutoMigrateLater(t *testing.T) {
 	eventually(t, "the tables to be created once the database answers", func() bool { return s.Ping(ctx) == nil })
 	mustClaim(t, s, "k", lease)
 }
+
+func TestPostgresQueue(t *testing.T) {
+	testQueue(t, func(t *testing.T) (queueStore, func() queueStore) {
+		url := postgres.Get(t).NewDatabase(t)
+		s := openPostgres(t, nil, PostgresConfig{URL: url})
+		return s, func() queueStore { return openPostgres(t, nil, PostgresConfig{URL: url}) }
+	})
+}
+
+// TestPostgresNotify checks an event queued through another store on the
+// same tables (another replica) is heard at once through LISTEN/NOTIFY.
+func TestPostgresNotify(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	listener := openPostgres(t, nil, PostgresConfig{URL: url})
+	other := openPostgres(t, nil, PostgresConfig{URL: url})
+	ch := listener.Notify()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no signal within 10s: %s", what)
+		}
+	}
+	wait("listening") // the first signal says it listens
+	if won, _, err := other.Enqueue(context.Background(), "k", queueReq); err != nil || !won {
+		t.Fatalf("Enqueue = %v, %v", won, err)
+	}
+	wait("after an Enqueue on another store")
+}
