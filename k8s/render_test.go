@@ -44,6 +44,7 @@ var variants = []variant{
 	{dir: "base", native: true},
 	{dir: "overlays/classic", native: false},
 	{dir: "overlays/redis", native: true},
+	{dir: "overlays/postgres", native: true},
 	{dir: "overlays/existing-app", native: true},
 	{dir: "overlays/monitoring", native: true},
 }
