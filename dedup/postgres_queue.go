@@ -21,9 +21,9 @@ var _ Queue = (*Postgres)(nil)
 // dead letter is replaced. Listeners hear of it once it commits: the
 // notification is made per queued row (LATERAL), so a duplicate, which
 // queues nothing, sends none.
-const enqueueSQL = `WITH won AS (
+const enqueueSQL = live + `, won AS (
 	INSERT INTO %[1]srecords AS r (key, state, token, since, expires_at)
-	VALUES ($1, 3, NULL, now(), 'infinity')
+	SELECT $1, 3, NULL::bytea, now(), 'infinity'::timestamptz WHERE NOT EXISTS (SELECT FROM live)
 	` + claimTakeover + `
 	RETURNING r.key
 ), queued AS (
@@ -37,7 +37,7 @@ const enqueueSQL = `WITH won AS (
 )
 SELECT true, ` + noRecord + ` FROM queued CROSS JOIN LATERAL (SELECT pg_notify($9, queued.key)) AS notified
 UNION ALL
-` + existing
+SELECT false, * FROM live`
 
 // takeSQL leases up to $1 due deliveries to one caller: queued events
 // whose time has come and deliveries whose lease ran out. SKIP LOCKED

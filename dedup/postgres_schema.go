@@ -148,31 +148,40 @@ const claimTakeover = `ON CONFLICT (key) DO UPDATE SET state = excluded.state, t
 		status = NULL, fingerprint = NULL, content_type = NULL, body = NULL, attempts = NULL
 	WHERE r.expires_at <= now()`
 
-// existing answers a claim that did not win with the live record that
-// holds the key. Its snapshot is the statement's, taken before any
-// concurrent claim committed: when that claim is what stopped this one,
-// the row is not seen yet, no row comes back, and the caller asks again.
-const existing = `SELECT false, ` + recordColumns + `
+// live is the first step of a claim: the live record that holds the key,
+// if any, read without a lock, so that a duplicate (the common case) is a
+// read and writes nothing, not even a row lock. The insert that follows
+// runs only when no live record was seen.
+const live = `WITH live (state, since, ttl, status, fingerprint, content_type, body, attempts, last_status, last_error, due) AS (
+	SELECT ` + recordColumns + `
 	FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key
-	WHERE r.key = $1 AND r.expires_at > now() AND NOT EXISTS (SELECT FROM won)`
+	WHERE r.key = $1 AND r.expires_at > now()
+)`
+
+// claimAnswer is the last step of a claim: the won row, or the live
+// record. Both snapshots are the statement's, taken before any concurrent
+// claim committed: when such a claim is what stopped the insert (its row
+// conflicted, live), no row comes back, and the caller asks again.
+const claimAnswer = `SELECT true, ` + noRecord + ` FROM won
+UNION ALL
+SELECT false, * FROM live`
 
 func newStatements(p string) statements {
 	f := func(sql string) string { return fmt.Sprintf(sql, p) }
 	return statements{
-		// A claim is one statement: the insert either wins (a new row,
-		// or an expired one taken over, whose stale queue row goes too),
-		// or reports the record in the way.
-		claim: f(`WITH won AS (
+		// A claim is one statement: it reports the live record in the
+		// way, or inserts (a new row, or an expired one taken over, whose
+		// stale queue row goes too). The primary key decides between
+		// concurrent claims.
+		claim: f(live + `, won AS (
 	INSERT INTO %[1]srecords AS r (key, state, token, since, expires_at)
-	VALUES ($1, 1, $2, now(), now() + $3::bigint * interval '1 microsecond')
+	SELECT $1, 1, $2, now(), now() + $3::bigint * interval '1 microsecond' WHERE NOT EXISTS (SELECT FROM live)
 	` + claimTakeover + `
 	RETURNING r.key
 ), stale AS (
 	DELETE FROM %[1]squeue WHERE key = $1 AND EXISTS (SELECT FROM won)
 )
-SELECT true, ` + noRecord + ` FROM won
-UNION ALL
-` + existing),
+` + claimAnswer),
 		// A completion is accepted from the claim's owner while its lease
 		// lasts, and again (a retry whose first answer was lost) if the
 		// record already holds the same result.
