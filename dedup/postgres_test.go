@@ -15,9 +15,14 @@ import (
 var _ store = (*Postgres)(nil)
 
 // openPostgres opens a store on a fresh database of srv (nil: the shared
-// server) with its tables created.
+// server) with its tables created. Unless cfg says, each operation may
+// take 10s: on a loaded CI machine, 1s is not always enough, and the
+// conformance suite is about answers, not speed.
 func openPostgres(t testing.TB, srv *pgtest.Server, cfg PostgresConfig) *Postgres {
 	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
 	if srv == nil {
 		srv = postgres.Get(t)
 	}
