@@ -70,6 +70,7 @@ func storeCommand(ctx context.Context, cmd string, args []string, environ map[st
 	if cfg.Store.Kind == config.StoreMemory {
 		return usageError(errors.New("REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS, DATABASE_URL): required: the embedded store lives inside the serving process, out of reach of this command"))
 	}
+	cfg.DatabaseAutoMigrate = false // inspect and forget read and delete; they create no tables
 	st, err := openStore(cfg, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		return usageError(err)

@@ -34,6 +34,10 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("migrate: %q, %v", out, err)
 		}
 	}
+	// inspect and forget reach the same tables.
+	if _, err := runCommand(env, "inspect", "stripe", "evt_1"); err == nil || !strings.Contains(err.Error(), "no record") {
+		t.Errorf("inspect of an unknown event on PostgreSQL: %v, want no record", err)
+	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
