@@ -51,23 +51,18 @@ type webhook struct {
 func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
 	wh := &webhook{route: route, ext: ext, start: time.Now()}
 	defer h.logWebhook(r, wh)
+	if h.dropsCheckedHeader(w, r, wh) {
+		return
+	}
 
 	if ext.NeedsBody || h.cfg.BodyFingerprint {
 		buf, err := h.readBody(w, r)
-		if buf != nil {
-			defer h.pool.put(buf)
-		}
+		defer h.putBody(buf)
 		if err != nil {
-			wh.err = err
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				h.answer(w, wh, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES")
-			} else {
-				h.answer(w, wh, http.StatusBadRequest, outcomeBadRequest, "could not read the body")
-			}
+			h.bodyRefused(w, wh, err)
 			return
 		}
-		wh.body = buf.Bytes()
+		wh.body = buf.bytes()
 		wh.replay.Reset(wh.body)
 		r.Body = &wh.replay
 	} else if 0 < r.ContentLength && r.ContentLength <= maxArrivedBody {
