@@ -44,6 +44,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return usageError(err)
 	}
 	defer func() { _ = stopLog() }()
+	for _, u := range config.UnknownVariables(environ) {
+		log.Warn("unknown variable, ignored: is it misspelt?", zap.String("variable", u.Name), zap.String("did_you_mean", u.Suggestion))
+	}
 	// go-redis logs through a process-wide logger; route it through zap.
 	redis.SetLogger(newRedisLogger(log))
 
@@ -119,7 +122,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	}
 	log.Info("serving",
 		zap.String("listen", publicLn.Addr().String()), zap.String("admin", privateLn.Addr().String()),
-		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("version", version))
+		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("store", string(cfg.Store.Kind)),
+		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", version))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveUntilClosed(public, publicLn) })
@@ -201,6 +205,28 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 
 // openStore opens the store config chose (config.Store): the one place
 // that turns that choice into a running store.
+// describeRoutes says, a line per route, what the start-up log shows of
+// it: its path and source, and which of its presets verify signatures.
+func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		var verified []string
+		for _, name := range r.Source.PresetNames() {
+			if len(cfg.Secrets[name]) > 0 {
+				verified = append(verified, name)
+			}
+		}
+		line := r.Path + "=" + cfg.RouteSpecs[i].Source
+		if len(verified) > 0 {
+			line += " (signatures verified: " + strings.Join(verified, ", ") + ")"
+		} else {
+			line += " (signatures not verified)"
+		}
+		out[i] = line
+	}
+	return out
+}
+
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:

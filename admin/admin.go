@@ -154,7 +154,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}
-	ev := Event{Namespace: ns, ID: id, State: rec.State.String(), TTLSeconds: rec.TTL.Seconds()}
+	writeJSON(w, http.StatusOK, NewEvent(ns, id, rec, time.Now()))
+}
+
+// NewEvent is rec as the events API shows it, at time now. The inspect
+// command prints the same rendering.
+func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
+	ev := Event{Namespace: namespace, ID: id, State: rec.State.String(), TTLSeconds: seconds(rec.TTL)}
 	if rec.State == dedup.Completed {
 		ev.Status = rec.Result.Status
 		if fp := rec.Result.Fingerprint; fp != ([32]byte{}) {
@@ -162,10 +168,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !rec.Since.IsZero() {
-		ev.AgeSeconds = time.Since(rec.Since).Seconds()
+		ev.AgeSeconds = seconds(now.Sub(rec.Since))
 	}
-	writeJSON(w, http.StatusOK, ev)
+	return ev
 }
+
+// seconds is d in seconds, to the millisecond: finer is noise to a reader.
+func seconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
 
 func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
