@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -377,5 +378,39 @@ func TestInspectAndForgetThroughAdminAPI(t *testing.T) {
 	defer mu.Unlock()
 	if effects != 2 {
 		t.Errorf("the app saw %d deliveries, want 2 (once, and once after forget)", effects)
+	}
+}
+
+// TestReadyCheckUpstream: with READY_CHECK_UPSTREAM's check, /readyz
+// follows the app (any HTTP answer, a 404 too, counts as up); without it,
+// the store alone.
+func TestReadyCheckUpstream(t *testing.T) {
+	app := httptest.NewServer(http.NotFoundHandler())
+	appURL, _ := url.Parse(app.URL)
+	mem := dedup.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	checked := httptest.NewServer(admin.New(admin.Config{Store: mem, Gatherer: prometheus.NewRegistry(), Upstream: upstreamAnswers(appURL)}))
+	t.Cleanup(checked.Close)
+	plain := httptest.NewServer(admin.New(admin.Config{Store: mem, Gatherer: prometheus.NewRegistry()}))
+	t.Cleanup(plain.Close)
+	ready := func(srv *httptest.Server) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := ready(checked); code != http.StatusOK {
+		t.Errorf("app up (answering 404): /readyz %d %s, want 200", code, body)
+	}
+	app.Close()
+	if code, body := ready(checked); code != http.StatusServiceUnavailable || !strings.Contains(body, "upstream unavailable") {
+		t.Errorf("app down: /readyz %d %s, want 503 upstream unavailable", code, body)
+	}
+	if code, body := ready(plain); code != http.StatusOK {
+		t.Errorf("app down, check off: /readyz %d %s, want 200", code, body)
 	}
 }

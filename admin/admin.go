@@ -40,6 +40,9 @@ type Config struct {
 	KeyPrefix string
 	// Logger logs admin actions. If nil, nothing is logged.
 	Logger *zap.Logger
+	// Upstream, if not nil, is checked by /readyz after the store: an
+	// error makes it answer 503. Nil: readiness follows the store alone.
+	Upstream func(ctx context.Context) error
 }
 
 // pingTimeout bounds /readyz's store check, so that an outage shows within
@@ -89,6 +92,13 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if err := s.cfg.Store.Ping(ctx); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
 		return
+	}
+	if s.cfg.Upstream != nil {
+		if err := s.cfg.Upstream(ctx); err != nil {
+			s.cfg.Logger.Warn("readiness: the upstream does not answer", zap.Error(err))
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "upstream unavailable"})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -80,6 +80,8 @@ type Config struct {
 	ShutdownDelay   time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s" desc:"keep serving this long after SIGTERM (while endpoints are removed)"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" desc:"then drain in-flight requests for at most this long"`
 
+	ReadyCheckUpstream bool `env:"READY_CHECK_UPSTREAM" envDefault:"false" desc:"/readyz also answers 503 while the app does not answer HTTP (off: readiness follows the store; the app's own probe covers the app)"`
+
 	AdminToken string `env:"ADMIN_TOKEN" desc:"bearer token for the admin API; empty disables it"`
 	LogLevel   string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat  string `env:"LOG_FORMAT" envDefault:"json" desc:"json or console"`
