@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -63,24 +64,27 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buffered, how := bufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
+	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
 	handler := proxy.New(proxy.Config{
-		Upstream:        cfg.Upstream,
-		Routes:          routes,
-		Store:           st,
-		KeyPrefix:       cfg.KeyPrefix,
-		UpstreamTimeout: cfg.UpstreamTimeout,
-		LeaseTTL:        cfg.LeaseTTL,
-		MaxBodyBytes:    cfg.MaxBodyBytes,
-		OnStoreError:    cfg.OnStoreError,
-		OnMissingID:     cfg.OnMissingID,
-		BodyFingerprint: cfg.DedupBodyFingerprint,
-		ReplayResponse:  cfg.ReplayResponse,
-		ReplayMaxBytes:  cfg.ReplayMaxBytes,
-		InflightWait:    cfg.InflightWait,
-		InflightStatus:  cfg.InflightStatus,
-		ShadowMode:      cfg.ShadowMode,
-		Logger:          log,
-		Metrics:         proxy.NewMetrics(reg),
+		Upstream:         cfg.Upstream,
+		Routes:           routes,
+		Store:            st,
+		KeyPrefix:        cfg.KeyPrefix,
+		UpstreamTimeout:  cfg.UpstreamTimeout,
+		LeaseTTL:         cfg.LeaseTTL,
+		MaxBodyBytes:     cfg.MaxBodyBytes,
+		MaxBufferedBytes: buffered,
+		OnStoreError:     cfg.OnStoreError,
+		OnMissingID:      cfg.OnMissingID,
+		BodyFingerprint:  cfg.DedupBodyFingerprint,
+		ReplayResponse:   cfg.ReplayResponse,
+		ReplayMaxBytes:   cfg.ReplayMaxBytes,
+		InflightWait:     cfg.InflightWait,
+		InflightStatus:   cfg.InflightStatus,
+		ShadowMode:       cfg.ShadowMode,
+		Logger:           log,
+		Metrics:          proxy.NewMetrics(reg),
 	})
 	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
 	if cfg.ReadyCheckUpstream {

@@ -59,6 +59,9 @@ type Config struct {
 	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
 	LeaseTTL        time.Duration `env:"LEASE_TTL" desc:"lifetime of an in-flight claim; must exceed UPSTREAM_TIMEOUT; empty: UPSTREAM_TIMEOUT + 15s"`
 	MaxBodyBytes    int64         `env:"MAX_BODY_BYTES" envDefault:"10485760" desc:"largest body read for ID extraction, signatures or fingerprints (413 beyond)"`
+	// MaxBufferedBytes is validated by completeBuffered; zero (unset) is
+	// derived from the memory limit when serving.
+	MaxBufferedBytes int64 `env:"MAX_BUFFERED_BYTES" desc:"most memory the bodies of all requests being read may take at once; beyond it, a request that must read its body gets 503 with Retry-After; at least MAX_BODY_BYTES; empty: a quarter of the container's memory limit (cgroup), or 256 MiB without one"`
 
 	OnStoreError proxy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
 	OnMissingID  proxy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
@@ -192,6 +195,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	if c.MaxBodyBytes <= 0 {
 		bad("MAX_BODY_BYTES", "must be positive, got %d", c.MaxBodyBytes)
 	}
+	c.completeBuffered(bad)
 	if c.ReplayMaxBytes < 0 {
 		bad("REPLAY_MAX_BYTES", "must not be negative, got %d", c.ReplayMaxBytes)
 	}
@@ -502,5 +506,16 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 		} else if c.RedisTimeout > 0 && c.RedisWaitTimeout >= c.RedisTimeout {
 			bad("REDIS_WAIT_TIMEOUT", "%s must be less than REDIS_TIMEOUT (%s), which bounds the WAIT's reply", c.RedisWaitTimeout, c.RedisTimeout)
 		}
+	}
+}
+
+// completeBuffered validates MAX_BUFFERED_BYTES. Below MAX_BODY_BYTES, a
+// body of the largest size allowed could never be read.
+func (c *Config) completeBuffered(bad func(name, format string, args ...any)) {
+	switch {
+	case c.MaxBufferedBytes < 0:
+		bad("MAX_BUFFERED_BYTES", "must not be negative, got %d", c.MaxBufferedBytes)
+	case c.MaxBufferedBytes > 0 && c.MaxBodyBytes > 0 && c.MaxBufferedBytes < c.MaxBodyBytes:
+		bad("MAX_BUFFERED_BYTES", "%d is less than MAX_BODY_BYTES (%d): a body of the largest size allowed could never be read", c.MaxBufferedBytes, c.MaxBodyBytes)
 	}
 }
