@@ -14,7 +14,7 @@ import (
 
 // variantPaths are spellings of /gh that app frameworks route to the
 // handler of /gh.
-var variantPaths = []string{"/GH", "/Gh", "/gh;jsessionid=1", "/gh.json", "//gh", "/./gh", "/x/../gh", "/gh/"}
+var variantPaths = []string{"/GH", "/Gh", "/gh;jsessionid=1", "/gh.json", "//gh", "/./gh", "/x/../gh", "/gh/", "/%67h", "/x%2F..%2Fgh"}
 
 // doMethod sends body to path with method, as written, and reads the answer.
 func (f *hostile) doMethod(t *testing.T, method, path string, header http.Header, body string) reply {
