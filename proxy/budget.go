@@ -187,20 +187,20 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, e
 		if int64(len(b.buf)) == r.ContentLength {
 			return b, nil // all of it: the server reads no further
 		}
-		var n int
 		var err error
 		switch {
 		case int64(len(b.buf)) >= ceiling:
 			// A body of unknown length filled MaxBodyBytes: one byte
-			// more, or its end, decides.
+			// more (a MaxBytesError), or its end, decides.
 			var probe [1]byte
-			n, err = body.Read(probe[:])
+			_, err = body.Read(probe[:])
 		case len(b.buf) == cap(b.buf):
 			if err := h.growBody(b, ceiling); err != nil {
 				return b, err
 			}
 			fallthrough
 		default:
+			var n int
 			n, err = body.Read(b.buf[len(b.buf):cap(b.buf)])
 			b.buf = b.buf[:len(b.buf)+n]
 		}
