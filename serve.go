@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
@@ -123,6 +124,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	publicLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
+	}
+	if cfg.MaxConnections > 0 {
+		publicLn = netutil.LimitListener(publicLn, cfg.MaxConnections)
 	}
 	privateLn, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {

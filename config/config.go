@@ -79,6 +79,8 @@ type Config struct {
 	ReadTimeout       time.Duration `env:"READ_TIMEOUT" envDefault:"30s" desc:"limit on reading a whole request, body included"`
 	IdleTimeout       time.Duration `env:"IDLE_TIMEOUT" envDefault:"120s" desc:"how long an idle keep-alive connection stays open"`
 	MaxHeaderBytes    int           `env:"MAX_HEADER_BYTES" envDefault:"65536" desc:"largest request header block (431 beyond)"`
+	// MaxConnections is validated by completeBuffered.
+	MaxConnections int `env:"MAX_CONNECTIONS" envDefault:"0" desc:"most connections the webhook listener keeps open at once, idle keep-alive ones included; more wait in the kernel's queue until one closes; 0: no limit"`
 
 	ShutdownDelay   time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s" desc:"keep serving this long after SIGTERM (while endpoints are removed)"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" desc:"then drain in-flight requests for at most this long"`
@@ -509,9 +511,13 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 	}
 }
 
-// completeBuffered validates MAX_BUFFERED_BYTES. Below MAX_BODY_BYTES, a
-// body of the largest size allowed could never be read.
+// completeBuffered validates the bounds on what clients may hold:
+// MAX_BUFFERED_BYTES (below MAX_BODY_BYTES, a body of the largest size
+// allowed could never be read) and MAX_CONNECTIONS.
 func (c *Config) completeBuffered(bad func(name, format string, args ...any)) {
+	if c.MaxConnections < 0 {
+		bad("MAX_CONNECTIONS", "must not be negative, got %d", c.MaxConnections)
+	}
 	switch {
 	case c.MaxBufferedBytes < 0:
 		bad("MAX_BUFFERED_BYTES", "must not be negative, got %d", c.MaxBufferedBytes)

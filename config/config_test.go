@@ -42,6 +42,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"MAX_BODY_BYTES": "-1"}, "MAX_BODY_BYTES"},
 		{map[string]string{"MAX_BODY_BYTES": "lots"}, "MAX_BODY_BYTES"},
 		{map[string]string{"MAX_BUFFERED_BYTES": "-1"}, "MAX_BUFFERED_BYTES"},
+		{map[string]string{"MAX_CONNECTIONS": "-1"}, "MAX_CONNECTIONS"},
+		{map[string]string{"MAX_CONNECTIONS": "many"}, "MAX_CONNECTIONS"},
 		{map[string]string{"MAX_BUFFERED_BYTES": "64MiB"}, "MAX_BUFFERED_BYTES"},
 		{map[string]string{"MAX_BUFFERED_BYTES": "1048576"}, "MAX_BUFFERED_BYTES"}, // less than MAX_BODY_BYTES
 		{map[string]string{"ON_STORE_ERROR": "ignore"}, "ON_STORE_ERROR"},

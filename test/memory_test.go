@@ -152,3 +152,58 @@ func TestBufferedBytesBound(t *testing.T) {
 	}
 	expectNoPanic(t, px)
 }
+
+// TestMaxConnections: with MAX_CONNECTIONS set, a connection beyond the
+// limit waits, unanswered, until one of the open ones closes; then it is
+// served as usual.
+func TestMaxConnections(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	srv := redistest.New(t)
+	app := newUpstream(t)
+	px := startProxy(t, proxyEnv(app, map[string]string{
+		"REDIS_URL":       srv.URL(),
+		"KEY_PREFIX":      "e2e-maxconn:",
+		"MAX_CONNECTIONS": strconv.Itoa(limit),
+	}))
+	var open []net.Conn
+	for i := 0; i < limit; i++ {
+		c, err := net.Dial("tcp", px.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		open = append(open, c)
+	}
+
+	// The kernel queues connections in order, so this one is past the limit.
+	extra, err := net.Dial("tcp", px.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	ev := acme.Event(1)
+	if _, err := io.WriteString(extra, signedHead(t, testContext(t), px, acme, ev, len(ev.Body))+string(ev.Body)); err != nil {
+		t.Fatal(err)
+	}
+	// Unanswered for a while: a bound, not a wait for something to happen
+	// (a broken limit answers within milliseconds).
+	_ = extra.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	r := bufio.NewReader(extra)
+	if a, err := readAnswer(r); err == nil {
+		t.Fatalf("a connection beyond MAX_CONNECTIONS=%d was answered: %s", limit, a.short())
+	}
+	if n := app.Total(); n != 0 {
+		t.Fatalf("the app received %d requests", n)
+	}
+
+	open[0].Close() // a slot frees: the waiting connection is taken
+	_ = extra.SetReadDeadline(time.Now().Add(cutOffDeadline))
+	a, err := readAnswer(r)
+	if err != nil {
+		t.Fatalf("once a connection closed, the waiting one got no answer: %v", err)
+	}
+	hostileLine(t, fmt.Sprintf("connection %d with MAX_CONNECTIONS=%d, once one closed", limit+1, limit), a.short())
+	expect(t, "the waiting connection's webhook", a, 200, "forwarded")
+	expectNoPanic(t, px)
+}
