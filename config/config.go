@@ -29,7 +29,7 @@ type Config struct {
 	UpstreamURL string `env:"UPSTREAM_URL" desc:"the app, e.g. http://127.0.0.1:3000 (required)"`
 	ListenAddr  string `env:"LISTEN_ADDR" envDefault:":8080" desc:"where webhooks arrive"`
 	AdminAddr   string `env:"ADMIN_ADDR" envDefault:":9090" desc:"/healthz, /readyz, /metrics and the admin API"`
-	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE; longest whole-segment prefix wins"`
+	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE; longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
 
 	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
