@@ -145,3 +145,30 @@ func BenchmarkRouteMatch(b *testing.B) {
 		})
 	}
 }
+
+func FuzzRoutePath(f *testing.F) {
+	for _, seed := range []string{"/webhooks/github", "//a/./b/../c;x=1", "", "a", "/..", "/.;", "/a/.../b", "/%2e%2e/x", "/a.json", "/.well-known"} {
+		f.Add(seed)
+	}
+	table := newRouteTable([]Route{{Path: "/"}, {Path: "/webhooks/github"}, {Path: "/a"}})
+	f.Fuzz(func(t *testing.T, p string) {
+		got := routePath(p)
+		if !strings.HasPrefix(got, "/") || strings.Contains(got, "//") || strings.ContainsRune(got, ';') {
+			t.Fatalf("routePath(%q) = %q: not a clean absolute path", p, got)
+		}
+		for _, seg := range strings.Split(got, "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("routePath(%q) = %q keeps a dot segment", p, got)
+			}
+		}
+		if again := routePath(got); again != got {
+			t.Fatalf("routePath(%q) = %q, but routePath of that is %q", p, got, again)
+		}
+		if bare := withoutFormat(got); !strings.HasPrefix(got, bare) {
+			t.Fatalf("withoutFormat(%q) = %q, not a prefix", got, bare)
+		}
+		if table.match(p) == nil {
+			t.Fatalf("match(%q) = nil with a route on /", p)
+		}
+	})
+}
