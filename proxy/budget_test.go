@@ -17,7 +17,7 @@ import (
 func budgetHandler(t *testing.T, maxBody, maxBuffered int64) *Handler {
 	t.Helper()
 	u, _ := url.Parse("http://127.0.0.1:1")
-	return New(Config{Upstream: u, Metrics: NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, MaxBufferedBytes: maxBuffered})
+	return New(Config{Upstream: u, Metrics: NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, MaxBuffered: maxBuffered})
 }
 
 // bodyRequest is a POST whose body is r, declaring length (-1: none, as

@@ -42,10 +42,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxBodyBytes bounds a body the proxy must hold. If zero, 10 MiB.
 	MaxBodyBytes int64
-	// MaxBufferedBytes bounds the memory the bodies of all requests take
+	// MaxBuffered bounds the memory, in bytes, the bodies of all requests take
 	// at once on routes that read them; beyond it such a request is
 	// answered 503 with Retry-After. If zero, no bound.
-	MaxBufferedBytes int64
+	MaxBuffered int64
 	// OnStoreError is what a webhook gets while the store is unreachable.
 	// If zero, RejectOnStoreError.
 	OnStoreError StoreErrorPolicy
@@ -124,8 +124,8 @@ func New(cfg Config) *Handler {
 		cfg.Now = time.Now
 	}
 	h := &Handler{cfg: cfg, routes: newRouteTable(cfg.Routes), log: cfg.Logger, m: cfg.Metrics}
-	h.budget.max, h.budget.m = cfg.MaxBufferedBytes, cfg.Metrics.budget
-	h.budget.m.max.Set(float64(cfg.MaxBufferedBytes))
+	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
+	h.budget.m.max.Set(float64(cfg.MaxBuffered))
 	h.abandon, h.stop = context.WithCancel(context.Background())
 	upstream := cfg.Upstream
 	h.reverse = &httputil.ReverseProxy{
