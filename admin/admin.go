@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -157,9 +156,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 	ev := Event{Namespace: ns, ID: id, State: rec.State.String(), TTLSeconds: rec.TTL.Seconds()}
 	if rec.State == dedup.Completed {
 		ev.Status = rec.Result.Status
-		if fp := rec.Result.Fingerprint; fp != ([32]byte{}) {
-			ev.BodySHA256 = hex.EncodeToString(fp[:])
-		}
+		ev.BodySHA256 = rec.Result.FingerprintHex()
 	}
 	if !rec.Since.IsZero() {
 		ev.AgeSeconds = time.Since(rec.Since).Seconds()
@@ -206,7 +203,7 @@ func Forget(ctx context.Context, st Forgetter, prefix, namespace, id string) (bo
 	if err != nil {
 		return false, err
 	}
-	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && fp != ([32]byte{}) {
+	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && rec.Result.FullFingerprint && rec.Result.KnownBody() {
 		if _, err := st.Forget(ctx, dedup.BodyKey(prefix, namespace, fp)); err != nil {
 			return existed, err
 		}

@@ -137,7 +137,7 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 	}
 	// The same value on every attempt: the script accepts it again if an
 	// earlier attempt wrote it but its answer was lost.
-	value := encodeCompleted(res, time.Now().UnixMilli())
+	value := encodeCompleted(res, time.Now().Unix())
 	err := retry(ctx, func(ctx context.Context) error {
 		return s.onMaster(ctx, c.Key, func(conn redis.Scripter, replicate func() error) error {
 			n, err := completeScript.Run(ctx, conn, []string{c.Key}, ownerPrefix(tok), value, millis(ttl)).Int64()
