@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,8 +27,11 @@ var (
 
 	claimScript    = redis.NewScript(claimLua)
 	completeScript = redis.NewScript(completeLua)
-	releaseScript  = redis.NewScript(releaseLua)
-	lookupScript   = redis.NewScript(lookupLua)
+	// completeCompatScript is complete.lua without its flags line, for
+	// Redis before 7, which reads a script's first line as Lua.
+	completeCompatScript = redis.NewScript(completeLua[strings.IndexByte(completeLua, '\n')+1:])
+	releaseScript        = redis.NewScript(releaseLua)
+	lookupScript         = redis.NewScript(lookupLua)
 )
 
 // Client is what the Redis store needs from go-redis. *redis.Client (also
@@ -50,11 +55,17 @@ type Redis struct {
 	waitReplicas int
 	// waitTimeout bounds each WAIT.
 	waitTimeout time.Duration
+	// completeFlagged is complete.lua with its flags line (a field so a
+	// test can stand in a script an older server cannot compile).
+	completeFlagged *redis.Script
+	// noScriptFlags is set once the server refused complete.lua's flags
+	// line (Redis before 7): from then on completions run without them.
+	noScriptFlags atomic.Bool
 }
 
 // NewRedis returns a store that uses c. Close closes c.
 func NewRedis(c Client) *Redis {
-	return &Redis{client: c, scripts: c}
+	return &Redis{client: c, scripts: c, completeFlagged: completeScript}
 }
 
 // Close closes the client, if it can be closed.
@@ -140,7 +151,7 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 	value := encodeCompleted(res, time.Now().Unix())
 	err := retry(ctx, func(ctx context.Context) error {
 		return s.onMaster(ctx, c.Key, func(conn redis.Scripter, replicate func() error) error {
-			n, err := completeScript.Run(ctx, conn, []string{c.Key}, ownerPrefix(tok), value, millis(ttl)).Int64()
+			n, err := s.complete(ctx, conn, c.Key, ownerPrefix(tok), value, millis(ttl))
 			if err != nil {
 				return err
 			}
@@ -154,6 +165,26 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
 	}
 	return nil
+}
+
+// complete runs complete.lua: with its allow-oom flag, unless the server
+// does not know script flags.
+func (s *Redis) complete(ctx context.Context, conn redis.Scripter, key string, args ...any) (int64, error) {
+	if !s.noScriptFlags.Load() {
+		n, err := s.completeFlagged.Run(ctx, conn, []string{key}, args...).Int64()
+		if !flagsRefused(err) {
+			return n, err
+		}
+		s.noScriptFlags.Store(true)
+	}
+	return completeCompatScript.Run(ctx, conn, []string{key}, args...).Int64()
+}
+
+// flagsRefused reports whether err is a server before Redis 7 failing to
+// compile a script that starts with a "#!lua flags=" line.
+func flagsRefused(err error) bool {
+	var answered redis.Error
+	return errors.As(err, &answered) && strings.Contains(err.Error(), "Error compiling script")
 }
 
 // Release deletes c's in-flight record so the event can be claimed again.
