@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,5 +267,77 @@ func TestRedisCompleteWithoutScriptFlags(t *testing.T) {
 	}
 	if !s.noScriptFlags.Load() {
 		t.Error("the store did not fall back to the script without flags")
+	}
+}
+
+// stall makes srv (started with --enable-debug-command yes) sleep for d
+// (DEBUG SLEEP) and returns once it has stopped answering.
+func stall(t *testing.T, srv *redistest.Server, d time.Duration) {
+	t.Helper()
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: d + 5*time.Second})
+	t.Cleanup(func() { _ = raw.Close() })
+	go raw.Do(context.Background(), "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	eventually(t, "Redis to stall", func() bool { return probe.Ping(context.Background()).Err() != nil })
+}
+
+// TestRedisStalledClaimReleased: claims sent to a stalled Redis fail once
+// their timeout passes (without the bound on the whole operation,
+// go-redis's retries got most of them through after the stall, seconds
+// late), and leave no key in flight: the senders' retries claim them rather
+// than find them in flight for the whole lease.
+func TestRedisStalledClaimReleased(t *testing.T) {
+	srv := redistest.New(t, "--enable-debug-command", "yes")
+	s, err := OpenRedis(RedisConfig{URL: srv.URL(), Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stall(t, srv, 2*time.Second)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if _, _, err := s.Claim(ctx, "stalled:"+strconv.Itoa(i), lease); err == nil {
+				t.Errorf("claim %d on a stalled Redis succeeded", i)
+			}
+		})
+	}
+	wg.Wait()
+	if err := redistest.WaitPing(srv.Addr, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		eventually(t, "a new claim of stalled key "+strconv.Itoa(i)+" to win", func() bool {
+			c, _, err := s.Claim(ctx, "stalled:"+strconv.Itoa(i), lease)
+			return err == nil && c.Token != ""
+		})
+	}
+}
+
+// TestRedisReleaseLate: a claim that landed after its caller was told it
+// failed is given up in the background; a key someone else holds is not.
+func TestRedisReleaseLate(t *testing.T) {
+	s := openRedis(t, redistest.New(t))
+	ctx := context.Background()
+	tok := newToken()
+	value := encodeInFlight(tok, time.Now().UnixMilli())
+	if n, err := claimScript.Run(ctx, s.client, []string{"late"}, value, millis(lease)).Int64(); err != nil || n != 1 {
+		t.Fatalf("claim = %d, %v", n, err)
+	}
+	other, _ := mustClaim(t, s, "held", lease)
+	s.releaseLate("late", tok, lease)
+	s.releaseLate("held", tok, lease)
+	eventually(t, "the late claim to be released", func() bool {
+		_, err := s.Lookup(ctx, "late")
+		return errors.Is(err, ErrNotFound)
+	})
+	eventually(t, "the background releases to end", func() bool { return len(s.lateReleases) == 0 })
+	if err := s.Release(ctx, other); err != nil {
+		t.Errorf("the other claim's own release: %v; want it untouched until then", err)
 	}
 }
