@@ -63,6 +63,15 @@ type RedisConfig struct {
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT. Zero: 250ms.
 	WaitTimeout time.Duration
+
+	// AppName, if not empty, is the identity of the deployment whose
+	// records these are (APP_NAME): the store makes it the owner of
+	// KeyPrefix, and refuses claims, lookups and pings (ErrPrefixOwned)
+	// when another app owns it. Empty: no check.
+	AppName string
+	// KeyPrefix is the prefix of the store's keys; the owner key is
+	// OwnerKey(KeyPrefix). Used only with AppName.
+	KeyPrefix string
 }
 
 // RedisTLS is how to check the Redis servers' certificates and which
@@ -108,6 +117,7 @@ func OpenRedis(cfg RedisConfig) (*Redis, error) {
 	s := NewRedis(client)
 	s.waitReplicas = cfg.WaitReplicas
 	s.waitTimeout = orDefault(cfg.WaitTimeout, defaultWaitTimeout)
+	s.appName, s.ownerKey = cfg.AppName, OwnerKey(cfg.KeyPrefix)
 	// Timeout bounds a whole operation, not only each read: go-redis's
 	// retries (a timed-out call is sent again) and its wait for a pooled
 	// connection would otherwise stretch it to several times that. With

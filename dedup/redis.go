@@ -67,6 +67,10 @@ type Redis struct {
 	// whose answer was lost (see releaseLate); when all are taken, such a
 	// claim is left to its lease.
 	lateReleases chan struct{}
+	// appName, if not empty, must be the owner of the key prefix, kept
+	// in ownerKey (see CheckOwner); owner is what the check found.
+	appName, ownerKey string
+	owner             atomic.Int32
 	// noScriptFlags is set once the server refused complete.lua's flags
 	// line (Redis before 7): from then on completions run without them.
 	noScriptFlags atomic.Bool
@@ -95,6 +99,9 @@ func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Cla
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	if err := checkDuration("lease", lease); err != nil {
+		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	}
+	if err := s.checkedOwner(ctx); err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	tok := newToken()
@@ -240,6 +247,9 @@ func (s *Redis) Lookup(ctx context.Context, key string) (Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
+	if err := s.checkedOwner(ctx); err != nil {
+		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
+	}
 	octx, cancel := s.bound(ctx)
 	defer cancel()
 	v, err := lookupScript.Run(octx, s.scripts, []string{key}).Result()
@@ -271,7 +281,9 @@ func (s *Redis) Forget(ctx context.Context, key string) (bool, error) {
 	return n > 0, nil
 }
 
-// Ping checks that Redis answers.
+// Ping checks that Redis answers and accepts writes (ErrOutOfMemory when
+// it refuses them), and that the key prefix is this app's
+// (ErrPrefixOwned).
 func (s *Redis) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
@@ -279,6 +291,12 @@ func (s *Redis) Ping(ctx context.Context) error {
 	octx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := s.client.Ping(octx).Err(); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	if err := s.writable(ctx); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	if err := s.checkedOwner(ctx); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}
 	return nil
