@@ -59,6 +59,10 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	monitor, err := monitorRedis(ctx, cfg, st, log, reg)
+	if err != nil {
+		return err
+	}
 	handler := proxy.New(proxy.Config{
 		Upstream:            cfg.Upstream,
 		Routes:              routes,
@@ -122,6 +126,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("version", version))
 
 	g, gctx := errgroup.WithContext(ctx)
+	if monitor != nil {
+		g.Go(func() error { monitor.Run(gctx); return nil })
+	}
 	g.Go(func() error { return serveUntilClosed(public, publicLn) })
 	g.Go(func() error { return serveUntilClosed(private, privateLn) })
 	g.Go(func() error {
@@ -199,6 +206,27 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 	return routes, errors.Join(errs...)
 }
 
+// monitorRedis checks a Redis store once before serving, and returns the
+// monitor that keeps checking it (nil for another store). A KEY_PREFIX
+// that another APP_NAME owns stops the start (exit status 2); a Redis not
+// reachable yet does not: the store refuses claims until the owner check
+// passes.
+func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
+	rs, ok := st.(*dedup.Redis)
+	if !ok {
+		return nil, nil
+	}
+	m := dedup.NewMonitor(rs, dedup.MonitorConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RedisCheckInterval, Logger: log.Named("redis"), Registerer: reg})
+	err := m.Check(ctx)
+	switch {
+	case errors.Is(err, dedup.ErrPrefixOwned):
+		return nil, usageError(fmt.Errorf("APP_NAME: %w: set KEY_PREFIX to a prefix of this app's own (e.g. KEY_PREFIX=webhook-dedup:%s:), as two apps sharing one would answer each other's events as duplicates", err, cfg.AppName))
+	case err != nil:
+		log.Warn("redis not checked at start; checking again every REDIS_CHECK_INTERVAL", zap.Error(err))
+	}
+	return m, nil
+}
+
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	rc := dedup.RedisConfig{
 		URL:              cfg.RedisURL,
@@ -214,6 +242,8 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 		Timeout:          cfg.RedisTimeout,
 		WaitReplicas:     cfg.RedisWaitReplicas,
 		WaitTimeout:      cfg.RedisWaitTimeout,
+		AppName:          cfg.AppName,
+		KeyPrefix:        cfg.KeyPrefix,
 	}
 	if !cfg.UsesRedis() {
 		log.Warn("no Redis configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
