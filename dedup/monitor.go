@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,8 +37,13 @@ type Monitor struct {
 	cfg MonitorConfig
 	log *zap.Logger
 
-	evicted, used, maxMem, canEvict, oom prometheus.Gauge
-	dataLoss                             prometheus.Counter
+	used, maxMem, canEvict, oom prometheus.Gauge
+	dataLoss                    prometheus.Counter
+	// evicted exports evictedKeys, INFO's evicted_keys summed over the
+	// masters at the last check: a counter that resets when Redis
+	// restarts, as Prometheus counters may.
+	evicted     prometheus.CounterFunc
+	evictedKeys atomic.Int64
 
 	// State between checks, only touched by Check (which Run calls in turn).
 	mu sync.Mutex
@@ -65,7 +71,6 @@ func NewMonitor(s *Redis, cfg MonitorConfig) *Monitor {
 	}
 	m := &Monitor{
 		s: s, cfg: cfg, log: log,
-		evicted:  gauge("evicted_keys", "Keys Redis evicted since it started (INFO evicted_keys, summed over masters): each may be a record whose duplicates are forwarded again."),
 		used:     gauge("used_memory_bytes", "Memory Redis uses (INFO used_memory, summed over masters)."),
 		maxMem:   gauge("maxmemory_bytes", "Redis's maxmemory (summed over masters); 0: no limit."),
 		canEvict: gauge("eviction_policy_evicts", "1 when Redis's maxmemory-policy lets it evict records (anything but noeviction), else 0."),
@@ -77,6 +82,10 @@ func NewMonitor(s *Redis, cfg MonitorConfig) *Monitor {
 		servers: map[string]ServerInfo{},
 		told:    map[string]string{},
 	}
+	m.evicted = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "webhook_dedup_redis_evicted_keys_total",
+		Help: "Keys Redis evicted since it started (INFO evicted_keys, summed over masters): each may be a record whose duplicates are forwarded again.",
+	}, func() float64 { return float64(m.evictedKeys.Load()) })
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(m.evicted, m.used, m.maxMem, m.canEvict, m.oom, m.dataLoss)
 	}
@@ -214,7 +223,7 @@ func (m *Monitor) checkServers(infos []ServerInfo) bool {
 			m.log.Error("Redis is out of memory (maxmemory with noeviction): new webhooks are refused (503) until memory is freed or maxmemory raised")
 		}
 	})
-	m.evicted.Set(float64(evicted))
+	m.evictedKeys.Store(evicted)
 	m.used.Set(float64(used))
 	m.maxMem.Set(float64(maxMem))
 	m.canEvict.Set(boolGauge(evicts))

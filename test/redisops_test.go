@@ -144,7 +144,7 @@ func TestRedisEvictionWarned(t *testing.T) {
 	px.awaitErrorLog(t, "Redis may evict records")
 	px.awaitMetric(t, "webhook_dedup_redis_eviction_policy_evicts", nil, 1)
 	px.awaitErrorLog(t, "Redis evicted keys")
-	px.awaitMetric(t, "webhook_dedup_redis_evicted_keys", nil, float64(twice))
+	px.awaitMetric(t, "webhook_dedup_redis_evicted_keys_total", nil, float64(twice))
 	px.awaitMetric(t, "webhook_dedup_redis_maxmemory_bytes", nil, 3<<20)
 	px.awaitMetric(t, "webhook_dedup_redis_used_memory_bytes", nil, 1)
 }
