@@ -211,7 +211,7 @@ func (m *Monitor) checkServers(infos []ServerInfo) bool {
 		}
 		if prev.RunID != info.RunID {
 			m.log.Info("Redis restarted", zap.String("redis", info.Addr), zap.Int64("keys_before", prev.Keys), zap.Int64("keys_now", info.Keys))
-			if prev.Keys > 0 && info.Keys < prev.Keys/2 {
+			if info.Keys*2 < prev.Keys {
 				lost = true
 				m.log.Error("Redis restarted without its records: it lost most of its keys; duplicates of earlier events will be forwarded again",
 					zap.String("redis", info.Addr), zap.Int64("keys_before", prev.Keys), zap.Int64("keys_now", info.Keys))

@@ -147,6 +147,9 @@ func TestMonitorDataLoss(t *testing.T) {
 	srv.Start() // without persistence: empty
 	eventually(t, "the store to reconnect", func() bool { return s.Ping(ctx) == nil })
 	check("after a restart without persistence", 2)
+	if n := errorsLogged(logs, "Redis restarted without its records"); n != 1 {
+		t.Errorf("%d error logs about a restart without the records, want 1 (run_id changed, keys gone)", n)
+	}
 	if n := errorsLogged(logs, "lost"); n < 2 {
 		t.Errorf("%d error logs about lost records, want at least 2: %v", n, logs.All())
 	}
