@@ -95,7 +95,7 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 		return
 	case errors.Is(err, providers.ErrNoID):
 		wh.err = err
-		if h.cfg.RejectMissingID {
+		if h.cfg.OnMissingID == RejectMissingID {
 			h.answer(w, wh, http.StatusBadRequest, outcomeMissingID, "no event ID found")
 			return
 		}
@@ -401,7 +401,7 @@ func (h *Handler) exchange(ex *exchange, r *http.Request, wh *webhook, c *claime
 
 func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *webhook, err error) {
 	wh.err = err
-	if h.cfg.ForwardOnStoreError {
+	if h.cfg.OnStoreError == ForwardOnStoreError {
 		h.log.Warn("store unavailable: forwarding unchecked", zap.Error(err))
 		h.forwardUnchecked(w, r, wh)
 		return
