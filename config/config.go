@@ -33,6 +33,7 @@ type Config struct {
 
 	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
+	AppName   string `env:"APP_NAME" desc:"this deployment's identity, kept with its records in Redis (KEY_PREFIX + owner): a sidecar finding its KEY_PREFIX owned by another APP_NAME refuses to start; empty: no check"`
 
 	// Redis beyond one server: cluster, Sentinel, credentials, TLS, pool,
 	// timeouts and replication safety (validated by completeRedis).
@@ -51,9 +52,10 @@ type Config struct {
 	RedisTLSServerName    string        `env:"REDIS_TLS_SERVER_NAME" desc:"name every Redis certificate must carry; empty: the host dialled"`
 	RedisPoolSize         int           `env:"REDIS_POOL_SIZE" envDefault:"0" desc:"most connections to each Redis server; 0: ten per CPU"`
 	RedisDialTimeout      time.Duration `env:"REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"limit on opening a connection to Redis"`
-	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis command's reply; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less"`
+	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, go-redis retries and pool wait included; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less"`
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
+	RedisCheckInterval    time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`
 
 	DedupTTL        time.Duration `env:"DEDUP_TTL" desc:"lifetime of completed records on every route; empty: each preset's own (generic sources: 72h)"`
 	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
@@ -174,6 +176,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 		name string
 		d    time.Duration
 	}{
+		{"REDIS_CHECK_INTERVAL", c.RedisCheckInterval},
 		{"UPSTREAM_TIMEOUT", c.UpstreamTimeout}, {"LEASE_TTL", c.LeaseTTL},
 		{"SIGNATURE_TOLERANCE", c.SignatureTolerance}, {"READ_HEADER_TIMEOUT", c.ReadHeaderTimeout},
 		{"READ_TIMEOUT", c.ReadTimeout}, {"IDLE_TIMEOUT", c.IdleTimeout}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout},

@@ -301,7 +301,9 @@ func (h *Handler) settle(resp *http.Response) error {
 		h.release(resp.Request.Context(), c)
 		return nil
 	}
-	res := dedup.Result{Status: resp.StatusCode}
+	// The body's own record (rememberBody) is found by the whole
+	// fingerprint, and the admin API's forget finds it from this one's.
+	res := dedup.Result{Status: resp.StatusCode, FullFingerprint: h.cfg.BodyFingerprint}
 	switch {
 	case c.wh.body != nil:
 		res.Fingerprint = fingerprint(c.wh.body)
@@ -444,7 +446,7 @@ func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record
 // checkPayload logs and counts a duplicate of a completed event whose body
 // differs from the original's (in shadow mode too, where it is forwarded).
 func (h *Handler) checkPayload(wh *webhook, rec dedup.Record) {
-	if wh.body != nil && rec.Result.Fingerprint != ([32]byte{}) && rec.Result.Fingerprint != fingerprint(wh.body) {
+	if wh.body != nil && rec.Result.KnownBody() && !rec.Result.SameBody(fingerprint(wh.body)) {
 		h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()
 		h.log.Warn("duplicate event ID with a different body: treated as a duplicate",
 			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
@@ -497,6 +499,7 @@ func (h *Handler) rememberBody(ctx context.Context, wh *webhook, res dedup.Resul
 		return // already recorded by another delivery, or the store failed: the ID key still holds
 	}
 	start = time.Now()
+	res.FullFingerprint = false // its key holds the whole one
 	err = h.cfg.Store.Complete(ctx, claim, res, wh.ext.TTL)
 	h.storeFinished(opComplete, start, wh, err)
 }
