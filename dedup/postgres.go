@@ -264,10 +264,16 @@ func (s *Postgres) Complete(ctx context.Context, c Claim, res Result, ttl time.D
 }
 
 // resultColumns are res as the records table keeps it: NULL for an unknown
-// fingerprint and for what is not replayed.
+// fingerprint and for what is not replayed, and, as on Redis, only the
+// fingerprint's first FingerprintPrefixLen bytes unless the whole one is
+// asked for.
 func resultColumns(res Result) (status int32, fingerprint []byte, contentType *string, body []byte) {
-	if res.Fingerprint != ([32]byte{}) {
+	switch {
+	case res.Fingerprint == ([32]byte{}):
+	case res.FullFingerprint:
 		fingerprint = res.Fingerprint[:]
+	default:
+		fingerprint = res.Fingerprint[:FingerprintPrefixLen]
 	}
 	if res.ContentType != "" {
 		contentType = &res.ContentType
@@ -480,6 +486,7 @@ func (p *pgRecord) record() Record {
 			rec.Result.Status = int(*p.status)
 		}
 		copy(rec.Result.Fingerprint[:], p.fingerprint)
+		rec.Result.FullFingerprint = len(p.fingerprint) == len(rec.Result.Fingerprint)
 		if p.contentType != nil {
 			rec.Result.ContentType = *p.contentType
 		}
