@@ -8,8 +8,8 @@ import (
 
 // maxPGBytesPerRecord bounds what one completed record costs on disk in
 // PostgreSQL, table and indexes together, compacted, for a 49-byte key
-// (measured: 242 bytes over 100,000 records). Crossing it means a row or an index
-// grew.
+// (measured: 242 bytes over 100,000 records). Crossing it means a row or
+// an index grew.
 const maxPGBytesPerRecord = 280
 
 // TestPostgresRecordSize writes completed records as the proxy does (the
