@@ -276,8 +276,8 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // passes.
 func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
 	inner := dedup.Cacheable(st)
-	if c, ok := st.(*dedup.Cache); ok {
-		inner = c.Unwrap() // CACHE_SIZE
+	if u, ok := st.(interface{ Unwrap() dedup.Cacheable }); ok {
+		inner = u.Unwrap() // CACHE_SIZE
 	}
 	rs, ok := inner.(*dedup.Redis)
 	if !ok {

@@ -66,5 +66,17 @@ func withCache(cfg *config.Config, st store, log *zap.Logger, reg prometheus.Reg
 	})
 	reg.MustRegister(hits)
 	log.Info("cache of completed records", zap.Int("size", cfg.CacheSize), zap.Duration("ttl", cfg.CacheTTL))
-	return dedup.NewCache(st, dedup.CacheConfig{Size: cfg.CacheSize, TTL: cfg.CacheTTL, Hit: hits.Inc})
+	c := dedup.NewCache(st, dedup.CacheConfig{Size: cfg.CacheSize, TTL: cfg.CacheTTL, Hit: hits.Inc})
+	if q, ok := st.(dedup.Queue); ok {
+		return cachedQueue{c, q}
+	}
+	return c
+}
+
+// cachedQueue is a store that keeps an async queue, with the cache in
+// front of its sync methods: the queue's methods are the store's own, so
+// async delivery finds the queue through the cache.
+type cachedQueue struct {
+	*dedup.Cache
+	dedup.Queue
 }

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// TestCacheKeepsQueue checks the cache in front of a store that keeps an
+// async queue still offers the queue, and the Redis monitor still finds
+// Redis behind it.
+func TestCacheKeepsQueue(t *testing.T) {
+	cfg := &config.Config{CacheSize: 10, CacheTTL: time.Minute}
+	st := withCache(cfg, dedup.NewMemory(), zap.NewNop(), prometheus.NewRegistry())
+	defer st.Close()
+	if _, ok := st.(dedup.Queue); ok {
+		t.Error("the in-memory store, cached, offers a queue it does not keep")
+	}
+	pg, err := dedup.OpenPostgres(dedup.PostgresConfig{URL: "postgres://" + loopback(t) + "/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = withCache(cfg, pg, zap.NewNop(), prometheus.NewRegistry())
+	defer st.Close()
+	if _, ok := st.(dedup.Queue); !ok {
+		t.Error("PostgreSQL, cached, does not offer its queue")
+	}
+	if _, ok := st.(*dedup.Cache); ok {
+		t.Error("want the cache and the queue together")
+	}
+}
