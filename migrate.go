@@ -53,6 +53,7 @@ func migratePostgres(ctx context.Context, cfg *config.Config, printOnly bool, st
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "tables %srecords and %squeue are in place\n", cfg.DatabaseTablePrefix, cfg.DatabaseTablePrefix)
+	p := cfg.DatabaseTablePrefix
+	_, err = fmt.Fprintf(stdout, "tables %srecords, %squeue and %sowners are in place\n", p, p, p)
 	return err
 }

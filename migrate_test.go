@@ -30,7 +30,7 @@ func TestMigrate(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": url, "DATABASE_TABLE_PREFIX": "mig_"}
 	for range 2 {
 		out, err := runCommand(env, "migrate")
-		if err != nil || !strings.Contains(out, "mig_records and mig_queue") {
+		if err != nil || !strings.Contains(out, "mig_records, mig_queue and mig_owners") {
 			t.Fatalf("migrate: %q, %v", out, err)
 		}
 	}
@@ -45,8 +45,8 @@ func TestMigrate(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename IN ('mig_records', 'mig_queue')").Scan(&n); err != nil || n != 2 {
-		t.Errorf("%d of the two tables exist (%v)", n, err)
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename IN ('mig_records', 'mig_queue', 'mig_owners')").Scan(&n); err != nil || n != 3 {
+		t.Errorf("%d of the three tables exist (%v)", n, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,8 @@ func openPostgres(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer
 			pruned.Add(float64(n))
 			plog.Debug("pruned expired rows", zap.Int("rows", n))
 		},
+		AppName:     cfg.AppName,
+		KeyPrefix:   cfg.KeyPrefix,
 		AutoMigrate: cfg.DatabaseAutoMigrate,
 		Failed: func(task string, err error) {
 			plog.Error(task+" failed; trying again later", zap.Error(err))
@@ -42,9 +45,17 @@ func openPostgres(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	tables := cfg.DatabaseTablePrefix + "records, " + cfg.DatabaseTablePrefix + "queue"
+	p := cfg.DatabaseTablePrefix
+	tables := p + "records, " + p + "queue, " + p + "owners"
 	plog.Info("store: postgres", zap.String("tables", tables), zap.Bool("auto_migrate", cfg.DatabaseAutoMigrate),
 		zap.Duration("timeout", cfg.StoreTimeout), zap.Duration("prune_interval", cfg.PruneInterval))
+	switch err := st.CheckOwner(context.Background()); {
+	case errors.Is(err, dedup.ErrPrefixOwned):
+		_ = st.Close()
+		return nil, fmt.Errorf("APP_NAME: %w: set KEY_PREFIX to a prefix of this app's own (e.g. KEY_PREFIX=webhook-dedup:%s:), as two apps sharing one would answer each other's events as duplicates", err, cfg.AppName)
+	case err != nil:
+		plog.Warn("the owner of KEY_PREFIX not checked at start; claims check it first", zap.Error(err))
+	}
 	if !cfg.DatabaseAutoMigrate {
 		if err := st.Ping(context.Background()); err != nil {
 			plog.Error("the tables are missing or the database does not answer (DATABASE_AUTO_MIGRATE=false: create them with `webhook-dedup migrate`)",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,6 +36,11 @@ type PostgresConfig struct {
 	// Pruned, if set, is told how many expired rows each pruning round
 	// deleted (a metric). Nil: nobody.
 	Pruned func(rows int)
+	// AppName, if not empty, is the identity of the deployment whose
+	// records these are: the store makes it the owner of KeyPrefix if it
+	// has none, and refuses claims, lookups and pings (ErrPrefixOwned)
+	// while another app owns it. Empty: no check.
+	AppName, KeyPrefix string
 	// AutoMigrate creates the tables at open when they are missing
 	// (Migrate); if the database cannot be reached then, it tries again
 	// every second in the background until it succeeds.
@@ -62,6 +68,11 @@ type Postgres struct {
 	failed func(string, error)
 	stop   context.CancelFunc
 	done   sync.WaitGroup
+
+	appName, keyPrefix string
+	// owner is what the owner check found (ownerUnchecked, ownerOurs,
+	// ownerOther).
+	owner atomic.Int32
 
 	notifyOnce sync.Once
 	notify     chan struct{}
@@ -117,6 +128,7 @@ func OpenPostgres(cfg PostgresConfig) (*Postgres, error) {
 	s := &Postgres{
 		pool: pool, prefix: cfg.TablePrefix, sql: newStatements(cfg.TablePrefix), timeout: cfg.Timeout,
 		batch: cfg.PruneBatch, pruned: cfg.Pruned, failed: cfg.Failed,
+		appName: cfg.AppName, keyPrefix: cfg.KeyPrefix,
 	}
 	if s.failed == nil {
 		s.failed = func(string, error) {}
@@ -189,6 +201,9 @@ func (s *Postgres) Claim(ctx context.Context, key string, lease time.Duration) (
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if err := s.checkedOwner(ctx); err != nil {
+		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	}
 	tok := newToken()
 	won, rec, err := s.claimOnce(ctx, key, s.sql.claim, key, tok[:], micros(lease))
 	if err != nil {
@@ -313,6 +328,9 @@ func (s *Postgres) Lookup(ctx context.Context, key string) (Record, error) {
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if err := s.checkedOwner(ctx); err != nil {
+		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
+	}
 	var rec pgRecord
 	err := s.pool.QueryRow(ctx, s.sql.lookup, key).Scan(rec.targets()...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -354,7 +372,49 @@ func (s *Postgres) Ping(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, s.sql.ping); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}
+	if err := s.checkedOwner(ctx); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
 	return nil
+}
+
+// CheckOwner makes the configured AppName the owner of the key prefix if
+// it has none, and returns an error wrapping ErrPrefixOwned, naming the
+// owner, if another app owns it. Without an AppName it does nothing.
+// Claims, lookups and pings wait for a successful check (each tries one
+// until then), so a sidecar that could not reach the database at start
+// cannot serve another app's records once it can.
+func (s *Postgres) CheckOwner(ctx context.Context) error {
+	if s.appName == "" {
+		return nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	for range claimAttempts {
+		var owner string
+		err := s.pool.QueryRow(ctx, s.sql.owner, s.keyPrefix, s.appName).Scan(&owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("dedup: read the owner of the key prefix %q (%sowners): %w", s.keyPrefix, s.prefix, err)
+		}
+		if owner != s.appName {
+			s.owner.Store(ownerOther)
+			return fmt.Errorf("%w: %sowners says %q belongs to %q, this app is %q", ErrPrefixOwned, s.prefix, s.keyPrefix, owner, s.appName)
+		}
+		s.owner.Store(ownerOurs)
+		return nil
+	}
+	return fmt.Errorf("dedup: read the owner of the key prefix %q: no answer after %d attempts", s.keyPrefix, claimAttempts)
+}
+
+// checkedOwner runs CheckOwner unless it already succeeded.
+func (s *Postgres) checkedOwner(ctx context.Context) error {
+	if s.appName == "" || s.owner.Load() == ownerOurs {
+		return nil
+	}
+	return s.CheckOwner(ctx)
 }
 
 // Prune deletes expired rows in batches of PruneBatch until none is left,

@@ -121,6 +121,9 @@ func (s *Postgres) Enqueue(ctx context.Context, key string, req Request) (bool, 
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if err := s.checkedOwner(ctx); err != nil {
+		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
 	won, rec, err := s.claimOnce(ctx, key, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
 		req.RemoteAddr, req.TLS, body, s.sql.notify)
 	if err != nil {

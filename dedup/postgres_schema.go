@@ -45,6 +45,9 @@ func CheckTablePrefix(prefix string) error {
 // runs out: so one partial index finds both the due events and the
 // deliveries whose worker died. Dead letters (failed_at set) have their
 // own partial index, for their listing. A queue row goes with its record.
+//
+// owners names, per KEY_PREFIX, the deployment (APP_NAME) whose records
+// these are.
 const schemaSQL = `CREATE TABLE IF NOT EXISTS %[1]srecords (
 	key          text PRIMARY KEY,
 	state        smallint NOT NULL,
@@ -77,6 +80,10 @@ CREATE TABLE IF NOT EXISTS %[1]squeue (
 );
 CREATE INDEX IF NOT EXISTS %[1]squeue_due ON %[1]squeue (due_at) WHERE failed_at IS NULL;
 CREATE INDEX IF NOT EXISTS %[1]squeue_failed ON %[1]squeue (key) WHERE failed_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS %[1]sowners (
+	key_prefix   text PRIMARY KEY,
+	app_name     text NOT NULL
+);
 `
 
 // PostgresSchema is the SQL that creates the tables whose names start
@@ -102,7 +109,7 @@ func (s *Postgres) Migrate(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("dedup: create tables %srecords and %squeue: %w", s.prefix, s.prefix, err)
+		return fmt.Errorf("dedup: create tables %srecords, %squeue and %sowners: %w", s.prefix, s.prefix, s.prefix, err)
 	}
 	return nil
 }
@@ -121,6 +128,7 @@ type statements struct {
 	claim, complete, release, lookup, forget, ping, prune string
 	enqueue, take, succeed, retry, fail, requeue          string
 	deadLetters, stats, notify                            string
+	owner                                                 string
 }
 
 // recordColumns read a record (r) and its queue row (q, absent for sync
@@ -210,6 +218,15 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		deadLetters: f(deadLettersSQL),
 		stats:       f(statsSQL),
 		notify:      notifyChannel(p),
+		// The owner of a key prefix: this app if it had none. The
+		// snapshot caveat of a claim holds: a concurrent first owner may
+		// make it answer nothing, and the caller asks again.
+		owner: f(`WITH mine AS (
+	INSERT INTO %[1]sowners (key_prefix, app_name) VALUES ($1, $2) ON CONFLICT (key_prefix) DO NOTHING RETURNING app_name
+)
+SELECT app_name FROM mine
+UNION ALL
+SELECT app_name FROM %[1]sowners WHERE key_prefix = $1 AND NOT EXISTS (SELECT FROM mine)`),
 	}
 }
 

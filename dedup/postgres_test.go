@@ -321,3 +321,30 @@ func TestPostgresNotify(t *testing.T) {
 	}
 	wait("after an Enqueue on another store")
 }
+
+// TestPostgresOwner checks a key prefix another APP_NAME owns is refused,
+// and that another prefix in the same tables is not.
+func TestPostgresOwner(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	ctx := context.Background()
+	a := openPostgres(t, nil, PostgresConfig{URL: url, AppName: "payments", KeyPrefix: "webhook-dedup:"})
+	if err := a.CheckOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, a, "webhook-dedup:stripe:evt_1", lease)
+	b := openPostgres(t, nil, PostgresConfig{URL: url, AppName: "shipping", KeyPrefix: "webhook-dedup:"})
+	if err := b.CheckOwner(ctx); !errors.Is(err, ErrPrefixOwned) || !strings.Contains(err.Error(), "payments") {
+		t.Errorf("CheckOwner of a prefix another app owns = %v, want ErrPrefixOwned naming payments", err)
+	}
+	if _, _, err := b.Claim(ctx, "webhook-dedup:stripe:evt_2", lease); !errors.Is(err, ErrPrefixOwned) {
+		t.Errorf("Claim under a prefix another app owns = %v, want ErrPrefixOwned", err)
+	}
+	if _, err := b.Lookup(ctx, "webhook-dedup:stripe:evt_1"); !errors.Is(err, ErrPrefixOwned) {
+		t.Errorf("Lookup under a prefix another app owns = %v, want ErrPrefixOwned", err)
+	}
+	if err := b.Ping(ctx); !errors.Is(err, ErrPrefixOwned) {
+		t.Errorf("Ping under a prefix another app owns = %v, want ErrPrefixOwned", err)
+	}
+	c := openPostgres(t, nil, PostgresConfig{URL: url, AppName: "shipping", KeyPrefix: "webhook-dedup:shipping:"})
+	mustClaim(t, c, "webhook-dedup:shipping:stripe:evt_2", lease)
+}

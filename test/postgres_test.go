@@ -125,3 +125,10 @@ func TestPostgresCache(t *testing.T) {
 		t.Errorf("the app saw %d deliveries of the forgotten event, want 2", n)
 	}
 }
+
+// TestPostgresAppNameOwnsPrefix: on PostgreSQL too, a sidecar whose
+// KEY_PREFIX holds another APP_NAME's records refuses to start.
+func TestPostgresAppNameOwnsPrefix(t *testing.T) {
+	t.Parallel()
+	appNameOwnsPrefix(t, map[string]string{"DATABASE_URL": postgres.Get(t).NewDatabase(t)})
+}
