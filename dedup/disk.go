@@ -771,12 +771,11 @@ func (d *Disk) Stats(ctx context.Context) (QueueStats, error) {
 			if err != nil {
 				return err
 			}
-			if a.state == Delivering && a.at > now {
-				continue // held, its lease running
-			}
-			st.Depth++
 			if oldest == 0 || a.accepted < oldest {
 				oldest = a.accepted
+			}
+			if a.state != Delivering || a.at <= now { // not held, its lease running
+				st.Depth++
 			}
 		}
 		if oldest != 0 {

@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -118,4 +119,30 @@ func TestDiskSweep(t *testing.T) {
 	if _, err := d.Lookup(ctx, "long"); err != nil {
 		t.Errorf("the sweep deleted a live record: %v", err)
 	}
+}
+
+// FuzzDecodeAsync feeds arbitrary bytes to the decoder of the async
+// records the disk store reads back from its file: it must never panic,
+// and what it accepts must encode back to a value that decodes the same.
+func FuzzDecodeAsync(f *testing.F) {
+	f.Add(encodeAsync(asyncRecord{state: Queued, accepted: 1, at: 2}))
+	f.Add(encodeAsync(asyncRecord{state: Delivering, token: newToken(), attempts: 3, lastStatus: 503, lastError: "x"}))
+	f.Add(encodeAsync(asyncRecord{state: Completed, result: replayed, completed: 1_700_000_000_000, attempts: 1}))
+	f.Add(encodeAsync(asyncRecord{state: Failed, at: 5, lastError: "gave up"}))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		a, err := decodeAsync(v)
+		if err != nil {
+			if !errors.Is(err, errBadRecord) {
+				t.Fatalf("error %v is not errBadRecord", err)
+			}
+			return
+		}
+		again, err := decodeAsync(encodeAsync(a))
+		if err != nil {
+			t.Fatalf("re-encoding %+v: %v", a, err)
+		}
+		if !reflect.DeepEqual(again, a) {
+			t.Fatalf("re-encoded %+v, decoded %+v", a, again)
+		}
+	})
 }
