@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // DiskFile is the name of the embedded store's file under its directory.
@@ -81,7 +82,7 @@ func OpenDisk(dir string) (*Disk, error) { return openDisk(dir, diskSweepInterva
 func openDisk(dir string, sweepEvery time.Duration) (*Disk, error) {
 	path := filepath.Join(dir, DiskFile)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: diskLockTimeout})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (still locked after %s)", ErrDiskLocked, path, diskLockTimeout)
 	}
 	if err != nil {

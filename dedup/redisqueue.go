@@ -200,6 +200,10 @@ func (s *Redis) Enqueue(ctx context.Context, key string, req Request) (bool, Rec
 	if err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
+	if rec.TTL > 0 {
+		// The marker was missing (it is set now): it goes with the record.
+		s.expireMarker(ctx, key, rec.TTL)
+	}
 	return false, rec, nil
 }
 
