@@ -550,7 +550,15 @@ func (d *Disk) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery
 			}
 			req, err := decodeRequest(b.requests.Get(key))
 			if err != nil {
-				return fmt.Errorf("request of %q: %w", key, err)
+				// Never deliverable: dead-letter it rather than stall
+				// every Take on it.
+				failed := a
+				failed.state, failed.at, failed.lastStatus = Failed, ms, 0
+				failed.lastError = "the stored request cannot be read: " + err.Error()
+				if err := b.putAsync(key, a, failed, now.Add(unreadableKeep).UnixMilli()); err != nil {
+					return err
+				}
+				continue
 			}
 			next := a
 			next.state = Delivering

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 var _ queueStore = (*Disk)(nil)
@@ -145,4 +147,19 @@ func FuzzDecodeAsync(f *testing.F) {
 			t.Fatalf("re-encoded %+v, decoded %+v", a, again)
 		}
 	})
+}
+
+// TestDiskUnreadableRequest damages a queued request in the file: Take
+// dead-letters that event, saying why, and hands out the others.
+func TestDiskUnreadableRequest(t *testing.T) {
+	d := openDiskAt(t, t.TempDir())
+	mustEnqueue(t, d, "damaged")
+	mustEnqueue(t, d, "fine")
+	err := d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRequests).Put([]byte("damaged"), []byte("\x7fnot a request"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUnreadable(t, d)
 }

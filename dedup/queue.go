@@ -14,6 +14,11 @@ var (
 	ErrNotFailed = errors.New("dedup: event is not dead-lettered")
 )
 
+// unreadableKeep is how long a store keeps, as a dead letter, an event
+// whose stored request it cannot read (written by something else, or
+// damaged): the default DEAD_LETTER_TTL, as Take has no other.
+const unreadableKeep = 168 * time.Hour
+
 // Request is a webhook request kept for background delivery: everything
 // the worker needs to forward it as a sync route would have, byte for byte.
 type Request struct {

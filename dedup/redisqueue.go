@@ -283,16 +283,16 @@ func (s *Redis) Take(ctx context.Context, n int, lease time.Duration) ([]Deliver
 		attempt, _ := f[3].(int64)
 		accepted, _ := strconv.ParseInt(str(f[4]), 10, 64)
 		payload, _ := f[5].(string)
+		d := Delivery{Claim: Claim{Key: key, Token: tok}, Attempt: int(attempt), AcceptedAt: time.UnixMilli(accepted)}
 		req, err := decodeRequest([]byte(payload))
 		if err != nil {
-			return nil, fmt.Errorf("dedup: take %s: %w", key, err)
+			// Never deliverable: dead-letter it rather than hand it
+			// out again after every lease.
+			_ = s.Fail(ctx, d, 0, "the stored request cannot be read: "+err.Error(), unreadableKeep)
+			continue
 		}
-		out = append(out, Delivery{
-			Claim:      Claim{Key: key, Token: tok},
-			Request:    req,
-			Attempt:    int(attempt),
-			AcceptedAt: time.UnixMilli(accepted),
-		})
+		d.Request = req
+		out = append(out, d)
 	}
 	return out, nil
 }

@@ -329,3 +329,31 @@ func TestRedisQueuePrunesConsumers(t *testing.T) {
 		t.Errorf("consumers left %v, want the holder's and the pruner's", names)
 	}
 }
+
+// TestRedisQueueUnreadableRequest damages a queued request: Take
+// dead-letters that event, saying why, and hands out the others.
+func TestRedisQueueUnreadableRequest(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	ctx := context.Background()
+	mustEnqueue(t, s, "damaged")
+	mustEnqueue(t, s, "fine")
+	if err := rawClient(t, srv).Set(ctx, s.queue.request("damaged"), "\x7fnot a request", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	checkUnreadable(t, s)
+}
+
+// checkUnreadable checks that of "damaged" and "fine", Take hands out the
+// fine one and dead-letters the other.
+func checkUnreadable(t *testing.T, s queueStore) {
+	t.Helper()
+	ds := take(t, s, 10, lease)
+	if len(ds) != 1 || ds[0].Claim.Key != "fine" {
+		t.Errorf("Take = %+v, want only the readable event", ds)
+	}
+	rec := mustLookup(t, s, "damaged")
+	if rec.State != Failed || !strings.Contains(rec.Delivery.LastError, "cannot be read") {
+		t.Errorf("the damaged event: %v %+v, want failed, saying why", rec.State, rec.Delivery)
+	}
+}
