@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
@@ -45,6 +48,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return usageError(err)
 	}
 	defer func() { _ = stopLog() }()
+	for _, u := range config.UnknownVariables(environ) {
+		log.Warn("unknown variable, ignored: is it misspelt?", zap.String("variable", u.Name), zap.String("did_you_mean", u.Suggestion))
+	}
 	// go-redis logs through a process-wide logger; route it through zap.
 	redis.SetLogger(newRedisLogger(log))
 
@@ -60,6 +66,12 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buffered, how := bufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
+	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
+	monitor, err := monitorRedis(ctx, cfg, st, log, reg)
+	if err != nil {
+		return err
+	}
 	handler := proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Routes:          routes,
@@ -68,6 +80,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		LeaseTTL:        cfg.LeaseTTL,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxBuffered:     buffered,
 		OnStoreError:    cfg.OnStoreError,
 		OnMissingID:     cfg.OnMissingID,
 		BodyFingerprint: cfg.DedupBodyFingerprint,
@@ -79,7 +92,11 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		Logger:          log,
 		Metrics:         proxy.NewMetrics(reg),
 	})
-	adm := admin.New(admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")})
+	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
+	if cfg.ReadyCheckUpstream {
+		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
+	}
+	adm := admin.New(adminCfg)
 
 	// Requests are tracked so that, when draining runs out of time, the
 	// handlers still running get to release their claims before exit.
@@ -113,6 +130,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
 	}
+	if cfg.MaxConnections > 0 {
+		publicLn = netutil.LimitListener(publicLn, cfg.MaxConnections)
+	}
 	privateLn, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		publicLn.Close()
@@ -120,9 +140,13 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	}
 	log.Info("serving",
 		zap.String("listen", publicLn.Addr().String()), zap.String("admin", privateLn.Addr().String()),
-		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("version", version))
+		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("store", string(cfg.Store.Kind)),
+		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", version))
 
 	g, gctx := errgroup.WithContext(ctx)
+	if monitor != nil {
+		g.Go(func() error { monitor.Run(gctx); return nil })
+	}
 	g.Go(func() error { return serveUntilClosed(public, publicLn) })
 	g.Go(func() error { return serveUntilClosed(private, privateLn) })
 	g.Go(func() error {
@@ -200,6 +224,72 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 	return routes, errors.Join(errs...)
 }
 
+// upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
+// request at its base URL. Any answer counts, a 404 too: the question is
+// whether the app is up, not whether it serves that path.
+func upstreamAnswers(upstream *url.URL) func(ctx context.Context) error {
+	client := &http.Client{
+		Transport: proxy.NewTransport(),
+		// A redirect is an answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream.String(), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return resp.Body.Close()
+	}
+}
+
+// describeRoutes says, a line per route, what the start-up log shows of
+// it: its path and source, and which of its presets verify signatures.
+func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		var verified []string
+		for _, name := range r.Source.PresetNames() {
+			if len(cfg.Secrets[name]) > 0 {
+				verified = append(verified, name)
+			}
+		}
+		line := r.Path + "=" + cfg.RouteSpecs[i].Source
+		if len(verified) > 0 {
+			line += " (signatures verified: " + strings.Join(verified, ", ") + ")"
+		} else {
+			line += " (signatures not verified)"
+		}
+		out[i] = line
+	}
+	return out
+}
+
+// monitorRedis checks a Redis store once before serving, and returns the
+// monitor that keeps checking it (nil for another store). A KEY_PREFIX
+// that another APP_NAME owns stops the start (exit status 2); a Redis not
+// reachable yet does not: the store refuses claims until the owner check
+// passes.
+func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
+	rs, ok := st.(*dedup.Redis)
+	if !ok {
+		return nil, nil
+	}
+	m := dedup.NewMonitor(rs, dedup.MonitorConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RedisCheckInterval, Logger: log.Named("redis"), Registerer: reg})
+	err := m.Check(ctx)
+	switch {
+	case errors.Is(err, dedup.ErrPrefixOwned):
+		return nil, usageError(fmt.Errorf("APP_NAME: %w: set KEY_PREFIX to a prefix of this app's own (e.g. KEY_PREFIX=webhook-dedup:%s:), as two apps sharing one would answer each other's events as duplicates", err, cfg.AppName))
+	case err != nil:
+		log.Warn("redis not checked at start; checking again every REDIS_CHECK_INTERVAL", zap.Error(err))
+	}
+	return m, nil
+}
+
 // openStore opens the store config chose (config.Store): the one place
 // that turns that choice into a running store.
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
@@ -230,6 +320,7 @@ func openRedis(cfg *config.Config, log *zap.Logger) (store, error) {
 		Timeout:      cfg.RedisTimeout,
 		WaitReplicas: cfg.RedisWaitReplicas,
 		WaitTimeout:  cfg.RedisWaitTimeout,
+		AppName:      cfg.AppName,
 		KeyPrefix:    cfg.KeyPrefix,
 		Logger:       log.Named("store"),
 	}

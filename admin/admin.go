@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -40,6 +39,9 @@ type Config struct {
 	KeyPrefix string
 	// Logger logs admin actions. If nil, nothing is logged.
 	Logger *zap.Logger
+	// Upstream, if not nil, is checked by /readyz after the store: an
+	// error makes it answer 503. Nil: readiness follows the store alone.
+	Upstream func(ctx context.Context) error
 }
 
 // pingTimeout bounds /readyz's store check, so that an outage shows within
@@ -50,7 +52,10 @@ const pingTimeout = 2 * time.Second
 type Server struct {
 	cfg      Config
 	draining atomic.Bool
-	mux      *http.ServeMux
+	// unready is set while /readyz answers 503 for the store, so that the
+	// failure is logged when it starts rather than at every probe.
+	unready atomic.Bool
+	mux     *http.ServeMux
 }
 
 // New returns the admin handler.
@@ -87,8 +92,28 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), pingTimeout)
 	defer cancel()
 	if err := s.cfg.Store.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+		// The error names the store's address and says what failed: for
+		// the logs and the operator (the bearer token), not for anyone
+		// who can reach the probe.
+		doc := map[string]string{"status": "store unavailable"}
+		if s.cfg.Token != "" && s.hasToken(r) {
+			doc["error"] = err.Error()
+		}
+		if s.unready.CompareAndSwap(false, true) {
+			s.cfg.Logger.Warn("not ready: the store check failed", zap.Error(err))
+		}
+		writeJSON(w, http.StatusServiceUnavailable, doc)
 		return
+	}
+	if s.unready.CompareAndSwap(true, false) {
+		s.cfg.Logger.Info("ready: the store answers again")
+	}
+	if s.cfg.Upstream != nil {
+		if err := s.cfg.Upstream(ctx); err != nil {
+			s.cfg.Logger.Warn("readiness: the upstream does not answer", zap.Error(err))
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "upstream unavailable"})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
@@ -96,24 +121,29 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 // authorized guards the events API with the bearer token; without a token
 // the API does not exist.
 func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
-	want := sha256.Sum256([]byte(s.cfg.Token))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Token == "" {
 			notFound(w, r)
 			return
 		}
-		// The auth scheme is case-insensitive (RFC 9110). Both sides are
-		// hashed so that the constant-time comparison does not leak the
-		// token's length either.
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		got := sha256.Sum256([]byte(token))
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		if !s.hasToken(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="webhook-dedup"`)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
 			return
 		}
 		next(w, r)
 	}
+}
+
+// hasToken reports whether r carries the bearer token (set: Token is not
+// empty). The auth scheme is case-insensitive (RFC 9110). Both sides are
+// hashed so that the constant-time comparison does not leak the token's
+// length either.
+func (s *Server) hasToken(r *http.Request) bool {
+	want := sha256.Sum256([]byte(s.cfg.Token))
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	got := sha256.Sum256([]byte(token))
+	return strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 func notFound(w http.ResponseWriter, _ *http.Request) {
@@ -154,18 +184,25 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}
-	ev := Event{Namespace: ns, ID: id, State: rec.State.String(), TTLSeconds: rec.TTL.Seconds()}
+	writeJSON(w, http.StatusOK, NewEvent(ns, id, rec, time.Now()))
+}
+
+// NewEvent is rec as the events API shows it, at time now. The inspect
+// command prints the same rendering.
+func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
+	ev := Event{Namespace: namespace, ID: id, State: rec.State.String(), TTLSeconds: seconds(rec.TTL)}
 	if rec.State == dedup.Completed {
 		ev.Status = rec.Result.Status
-		if fp := rec.Result.Fingerprint; fp != ([32]byte{}) {
-			ev.BodySHA256 = hex.EncodeToString(fp[:])
-		}
+		ev.BodySHA256 = rec.Result.FingerprintHex()
 	}
 	if !rec.Since.IsZero() {
-		ev.AgeSeconds = time.Since(rec.Since).Seconds()
+		ev.AgeSeconds = seconds(now.Sub(rec.Since))
 	}
-	writeJSON(w, http.StatusOK, ev)
+	return ev
 }
+
+// seconds is d in seconds, to the millisecond: finer is noise to a reader.
+func seconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
 
 func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
@@ -206,7 +243,7 @@ func Forget(ctx context.Context, st Forgetter, prefix, namespace, id string) (bo
 	if err != nil {
 		return false, err
 	}
-	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && fp != ([32]byte{}) {
+	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && rec.Result.FullFingerprint && rec.Result.KnownBody() {
 		if _, err := st.Forget(ctx, dedup.BodyKey(prefix, namespace, fp)); err != nil {
 			return existed, err
 		}

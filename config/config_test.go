@@ -41,6 +41,11 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"LEASE_TTL": "5s"}, "LEASE_TTL"},
 		{map[string]string{"MAX_BODY_BYTES": "-1"}, "MAX_BODY_BYTES"},
 		{map[string]string{"MAX_BODY_BYTES": "lots"}, "MAX_BODY_BYTES"},
+		{map[string]string{"MAX_BUFFERED_BYTES": "-1"}, "MAX_BUFFERED_BYTES"},
+		{map[string]string{"MAX_CONNECTIONS": "-1"}, "MAX_CONNECTIONS"},
+		{map[string]string{"MAX_CONNECTIONS": "many"}, "MAX_CONNECTIONS"},
+		{map[string]string{"MAX_BUFFERED_BYTES": "64MiB"}, "MAX_BUFFERED_BYTES"},
+		{map[string]string{"MAX_BUFFERED_BYTES": "1048576"}, "MAX_BUFFERED_BYTES"}, // less than MAX_BODY_BYTES
 		{map[string]string{"ON_STORE_ERROR": "ignore"}, "ON_STORE_ERROR"},
 		{map[string]string{"ON_MISSING_ID": "drop"}, "ON_MISSING_ID"},
 		{map[string]string{"INFLIGHT_STATUS": "200"}, "INFLIGHT_STATUS"},
@@ -80,7 +85,7 @@ func TestAllProblemsReportedAtOnce(t *testing.T) {
 func TestSecretsAreSplitPerPreset(t *testing.T) {
 	env := base()
 	env["STRIPE_WEBHOOK_SECRET"] = "whsec_a, whsec_b,"
-	env["STANDARD_WEBHOOKS_SECRET"] = "whsec_c"
+	env["STANDARD_WEBHOOKS_SECRET"] = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	cfg, err := Load(env)
 	if err != nil {
 		t.Fatal(err)
@@ -131,4 +136,49 @@ func FuzzParseRoutes(f *testing.F) {
 			seen[r.Path] = true
 		}
 	})
+}
+
+// TestEveryProblemOnce: a route's unknown source is
+// reported with the other problems, not after they are fixed, and a value
+// that failed to parse is not reported a second time as its zero value.
+func TestEveryProblemOnce(t *testing.T) {
+	_, err := Load(map[string]string{"LEASE_TTL": "1s", "ROUTES": "/x=nonsense", "UPSTREAM_TIMEOUT": "abc"})
+	if err == nil {
+		t.Fatal("Load accepted it")
+	}
+	msg := err.Error()
+	for _, want := range []string{"UPSTREAM_URL", "ROUTES: /x=nonsense", "UPSTREAM_TIMEOUT: unable to parse"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if n := strings.Count(msg, "UPSTREAM_TIMEOUT:"); n != 1 {
+		t.Errorf("UPSTREAM_TIMEOUT reported %d times, want once:\n%s", n, msg)
+	}
+	_, err = Load(map[string]string{"UPSTREAM_URL": "http://a:1", "STANDARD_WEBHOOKS_SECRET": "not-a-secret"})
+	if err == nil || !strings.Contains(err.Error(), "ROUTES: /=auto") || !strings.Contains(err.Error(), "STANDARD_WEBHOOKS_SECRET") {
+		t.Errorf("a malformed secret on the default route: %v", err)
+	}
+}
+
+func TestMaxBufferedBytes(t *testing.T) {
+	for _, tc := range []struct {
+		set  map[string]string
+		want int64
+	}{
+		{nil, 0}, // derived from the memory limit when serving
+		{map[string]string{"MAX_BUFFERED_BYTES": "10485760"}, 10 << 20},
+		{map[string]string{"MAX_BUFFERED_BYTES": "4096", "MAX_BODY_BYTES": "4096"}, 4096},
+	} {
+		env := base()
+		for k, v := range tc.set {
+			env[k] = v
+		}
+		cfg, err := Load(env)
+		if err != nil {
+			t.Errorf("Load(%v): %v", tc.set, err)
+		} else if cfg.MaxBufferedBytes != tc.want {
+			t.Errorf("Load(%v): MaxBufferedBytes = %d, want %d", tc.set, cfg.MaxBufferedBytes, tc.want)
+		}
+	}
 }
