@@ -337,6 +337,7 @@ func openRedis(cfg *config.Config, log *zap.Logger) (store, error) {
 		WaitTimeout:  cfg.RedisWaitTimeout,
 		AppName:      cfg.AppName,
 		KeyPrefix:    cfg.KeyPrefix,
+		Logger:       log.Named("store"),
 	}
 	switch cfg.Store.RedisMode {
 	case config.RedisStandalone:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // DiskFile is the name of the embedded store's file under its directory.
@@ -43,6 +44,9 @@ type Disk struct {
 	// writes counts the write transactions under way: a write alone is
 	// committed at once, one that arrives while others run joins a batch.
 	writes atomic.Int64
+	// unbatched commits every write on its own (one fsync each): only
+	// for the benchmark that shows what batching saves.
+	unbatched bool
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -78,7 +82,7 @@ func OpenDisk(dir string) (*Disk, error) { return openDisk(dir, diskSweepInterva
 func openDisk(dir string, sweepEvery time.Duration) (*Disk, error) {
 	path := filepath.Join(dir, DiskFile)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: diskLockTimeout})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (still locked after %s)", ErrDiskLocked, path, diskLockTimeout)
 	}
 	if err != nil {
@@ -165,7 +169,7 @@ func (d *Disk) sweep() error {
 // one), so it sets its results afresh each time.
 func (d *Disk) write(fn func(tx *bolt.Tx) error) error {
 	defer d.writes.Add(-1)
-	if d.writes.Add(1) == 1 {
+	if d.writes.Add(1) == 1 || d.unbatched {
 		return d.db.Update(fn)
 	}
 	return d.db.Batch(fn)
@@ -369,7 +373,7 @@ func (d *Disk) Complete(ctx context.Context, c Claim, res Result, ttl time.Durat
 		if !owned {
 			return nil
 		}
-		return b.put([]byte(c.Key), now.Add(ttl).UnixMilli(), encodeCompleted(res, now.UnixMilli()))
+		return b.put([]byte(c.Key), now.Add(ttl).UnixMilli(), encodeCompleted(res, now.Unix()))
 	})
 	if err == nil && !owned {
 		err = ErrNotOwner
@@ -546,7 +550,15 @@ func (d *Disk) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery
 			}
 			req, err := decodeRequest(b.requests.Get(key))
 			if err != nil {
-				return fmt.Errorf("request of %q: %w", key, err)
+				// Never deliverable: dead-letter it rather than stall
+				// every Take on it.
+				failed := a
+				failed.state, failed.at, failed.lastStatus = Failed, ms, 0
+				failed.lastError = "the stored request cannot be read: " + err.Error()
+				if err := b.putAsync(key, a, failed, now.Add(unreadableKeep).UnixMilli()); err != nil {
+					return err
+				}
+				continue
 			}
 			next := a
 			next.state = Delivering
@@ -623,7 +635,7 @@ func (d *Disk) Succeed(ctx context.Context, dl Delivery, res Result, ttl time.Du
 		a.lastStatus = res.Status
 		a.lastError = ""
 		a.result = res
-		a.completed = now.UnixMilli()
+		a.completed = now.Unix()
 		return a, now.Add(ttl).UnixMilli(), nil
 	})
 }
@@ -768,12 +780,11 @@ func (d *Disk) Stats(ctx context.Context) (QueueStats, error) {
 			if err != nil {
 				return err
 			}
-			if a.state == Delivering && a.at > now {
-				continue // held, its lease running
-			}
-			st.Depth++
 			if oldest == 0 || a.accepted < oldest {
 				oldest = a.accepted
+			}
+			if a.state != Delivering || a.at <= now { // not held, its lease running
+				st.Depth++
 			}
 		}
 		if oldest != 0 {
@@ -795,7 +806,7 @@ func (d *Disk) Stats(ctx context.Context) (QueueStats, error) {
 
 // An async event's record on disk, one binary value (integers big-endian):
 //
-//	[0]      tag 0x03
+//	[0]      tag 0x10
 //	[1]      state (Queued, Delivering, Failed or Completed)
 //	[2:18]   the delivery's claim token (Delivering), else zero
 //	[18:26]  accepted at, unix ms
@@ -805,7 +816,9 @@ func (d *Disk) Stats(ctx context.Context) (QueueStats, error) {
 //	         uvarint attempts, then the last error (uvarint length, text)
 //	         Completed only: the completed record (encodeCompleted) to the end
 const (
-	tagAsync      = 0x03
+	// tagAsync follows the sync records' tags (encoding.go), leaving
+	// room for more of them.
+	tagAsync      = 0x10
 	asyncFixedLen = 36
 )
 
@@ -817,7 +830,8 @@ type asyncRecord struct {
 	lastStatus int
 	attempts   int
 	lastError  string
-	// result and completed are the outcome of a completed event.
+	// result and completed (unix seconds, as a sync completion's) are the
+	// outcome of a completed event.
 	result    Result
 	completed int64
 }
@@ -864,7 +878,7 @@ func decodeAsync(v []byte) (asyncRecord, error) {
 		if err != nil || rec.State != Completed {
 			return asyncRecord{}, fmt.Errorf("%w: completed async record without its result", errBadRecord)
 		}
-		a.result, a.completed = rec.Result, rec.Since.UnixMilli()
+		a.result, a.completed = rec.Result, rec.Since.Unix()
 	default:
 		return asyncRecord{}, fmt.Errorf("%w: async state %d", errBadRecord, a.state)
 	}
@@ -887,7 +901,7 @@ func (a asyncRecord) record(now int64) Record {
 	case Failed:
 		rec.Since = time.UnixMilli(a.at)
 	case Completed:
-		rec.Since = time.UnixMilli(a.completed)
+		rec.Since = time.Unix(a.completed, 0)
 		rec.Result = a.result
 	}
 	return rec
