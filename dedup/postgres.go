@@ -255,15 +255,28 @@ func (s *Postgres) Complete(ctx context.Context, c Claim, res Result, ttl time.D
 	if err := checkResult(res); err != nil {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
 	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
-	}
 	status, fp, ct, body := resultColumns(res)
+	return s.owned(ctx, "complete", c.Key, c.Token, s.sql.complete, micros(ttl), status, fp, ct, body)
+}
+
+// owned runs a statement that changes key's row only for the owner of
+// token (its first two parameters are the key and the token; args follow):
+// ErrNotOwner unless it changed exactly one row. The upstream has acted by
+// now, so a write that failed for a reason that passes is retried (see
+// retry).
+func (s *Postgres) owned(ctx context.Context, op, key, token, sql string, args ...any) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
+	}
+	tok, ok := parseToken(token)
+	if !ok {
+		return fmt.Errorf("dedup: %s %s: %w", op, key, ErrNotOwner)
+	}
+	args = append([]any{key, tok[:]}, args...)
 	err := retry(ctx, pgTransient, func(ctx context.Context) error {
 		ctx, cancel := s.bound(ctx)
 		defer cancel()
-		tag, err := s.pool.Exec(ctx, s.sql.complete, c.Key, tok[:], micros(ttl), status, fp, ct, body)
+		tag, err := s.pool.Exec(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -273,7 +286,7 @@ func (s *Postgres) Complete(ctx context.Context, c Claim, res Result, ttl time.D
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
+		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
 	}
 	return nil
 }
@@ -462,6 +475,32 @@ func (s *Postgres) Prune(ctx context.Context) (int, error) {
 
 // pruneEvery prunes every interval until ctx ends.
 func (s *Postgres) pruneEvery(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() bool {
+		n, err := s.Prune(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.failed("prune", err)
+		}
+		if n > 0 && s.pruned != nil {
+			s.pruned(n)
+		}
+		return false
+	})
+}
+
+// migrateUntilDone tries Migrate every second until it succeeds or ctx
+// ends.
+func (s *Postgres) migrateUntilDone(ctx context.Context) {
+	every(ctx, time.Second, func() bool {
+		err := s.Migrate(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.failed("migrate", err)
+		}
+		return err == nil
+	})
+}
+
+// every calls f at each interval until f reports it is done or ctx ends.
+func every(ctx context.Context, interval time.Duration, f func() (done bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -470,33 +509,8 @@ func (s *Postgres) pruneEvery(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		n, err := s.Prune(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.failed("prune", err)
-		}
-		if n > 0 && s.pruned != nil {
-			s.pruned(n)
-		}
-	}
-}
-
-// migrateUntilDone tries Migrate every second until it succeeds or ctx
-// ends.
-func (s *Postgres) migrateUntilDone(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+		if f() {
 			return
-		case <-t.C:
-		}
-		err := s.Migrate(ctx)
-		if err == nil {
-			return
-		}
-		if ctx.Err() == nil {
-			s.failed("migrate", err)
 		}
 	}
 }

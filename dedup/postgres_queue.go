@@ -180,36 +180,12 @@ func (s *Postgres) Take(ctx context.Context, n int, lease time.Duration) ([]Deli
 	return out, nil
 }
 
-// settle runs one token-checked statement on d's queue row: ErrNotOwner
-// unless it changed exactly one row. Like Complete it retries a write
-// that failed for a reason that passes; each statement changes nothing
-// once its first attempt committed (the token no longer matches), so a
-// retry whose first answer was lost reports ErrNotOwner.
+// settle runs one token-checked statement on d's queue row (see owned).
+// Each statement changes nothing once its first attempt committed (the
+// token no longer matches), so a retry whose first answer was lost
+// reports ErrNotOwner.
 func (s *Postgres) settle(ctx context.Context, op string, d Delivery, sql string, args ...any) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: %s %s: %w", op, d.Claim.Key, err)
-	}
-	tok, ok := parseToken(d.Claim.Token)
-	if !ok {
-		return fmt.Errorf("dedup: %s %s: %w", op, d.Claim.Key, ErrNotOwner)
-	}
-	args = append([]any{d.Claim.Key, tok[:]}, args...)
-	err := retry(ctx, pgTransient, func(ctx context.Context) error {
-		ctx, cancel := s.bound(ctx)
-		defer cancel()
-		tag, err := s.pool.Exec(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return ErrNotOwner
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("dedup: %s %s: %w", op, d.Claim.Key, err)
-	}
-	return nil
+	return s.owned(ctx, op, d.Claim.Key, d.Claim.Token, sql, args...)
 }
 
 // Succeed completes d's event with res, kept for ttl, and drops its
