@@ -77,17 +77,17 @@ func withCache(cfg *config.Config, st store, log *zap.Logger, reg prometheus.Reg
 	})
 	reg.MustRegister(hits)
 	log.Info("cache of completed records", zap.Int("size", cfg.CacheSize), zap.Duration("ttl", cfg.CacheTTL))
-	c := dedup.NewCache(st, dedup.CacheConfig{Size: cfg.CacheSize, TTL: cfg.CacheTTL, Hit: hits.Inc})
-	if q, ok := st.(dedup.Queue); ok {
-		return cachedQueue{c, q}
+	cfgc := dedup.CacheConfig{Size: cfg.CacheSize, TTL: cfg.CacheTTL, Hit: hits.Inc}
+	if qs, ok := st.(queueStore); ok {
+		// The queue stays reachable through the cache (async delivery
+		// finds it), and async duplicates are answered from the cache too.
+		return dedup.NewCachedQueue(qs, cfgc)
 	}
-	return c
+	return dedup.NewCache(st, cfgc)
 }
 
-// cachedQueue is a store that keeps an async queue, with the cache in
-// front of its sync methods: the queue's methods are the store's own, so
-// async delivery finds the queue through the cache.
-type cachedQueue struct {
-	*dedup.Cache
+// queueStore is a store that keeps an async queue.
+type queueStore interface {
+	store
 	dedup.Queue
 }

@@ -30,7 +30,7 @@ func TestCacheKeepsQueue(t *testing.T) {
 	if _, ok := st.(dedup.Queue); !ok {
 		t.Error("PostgreSQL, cached, does not offer its queue")
 	}
-	if _, ok := st.(*dedup.Cache); ok {
-		t.Error("want the cache and the queue together")
+	if _, ok := st.(*dedup.CachedQueue); !ok {
+		t.Errorf("PostgreSQL, cached, is a %T, want the cache in front of the queue too", st)
 	}
 }

@@ -204,3 +204,50 @@ func (c *Cache) remove(e *list.Element) {
 	c.lru.Remove(e)
 	delete(c.entries, e.Value.(*cacheEntry).key)
 }
+
+// QueueStore is a store that keeps an async queue beside its records.
+type QueueStore interface {
+	Cacheable
+	Queue
+}
+
+// CachedQueue is a Cache in front of a store that keeps an async queue:
+// the queue stays the store's, and the cache also answers an enqueue of
+// a cached completed event (a duplicate on an async route) and keeps what
+// a delivery completes.
+type CachedQueue struct {
+	*Cache
+	Queue
+}
+
+// NewCachedQueue returns a cache of cfg.Size completed records in front of
+// next, whose queue it offers.
+func NewCachedQueue(next QueueStore, cfg CacheConfig) *CachedQueue {
+	return &CachedQueue{Cache: NewCache(next, cfg), Queue: next}
+}
+
+// Enqueue answers a cached completed key without the store; otherwise it
+// enqueues in the store, and caches the completed record it may find.
+func (c *CachedQueue) Enqueue(ctx context.Context, key string, req Request) (bool, Record, error) {
+	if err := ctx.Err(); err != nil {
+		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	if rec, ok := c.get(key); ok {
+		return false, rec, nil
+	}
+	won, rec, err := c.Queue.Enqueue(ctx, key, req)
+	if err == nil && !won {
+		c.put(key, rec)
+	}
+	return won, rec, err
+}
+
+// Succeed completes d's event in the store and caches the completed
+// record.
+func (c *CachedQueue) Succeed(ctx context.Context, d Delivery, res Result, ttl time.Duration) error {
+	if err := c.Queue.Succeed(ctx, d, res, ttl); err != nil {
+		return err
+	}
+	c.put(d.Claim.Key, Record{State: Completed, Result: res, Since: c.cfg.Now(), TTL: ttl, Delivery: DeliveryStatus{Attempts: d.Attempt}})
+	return nil
+}

@@ -131,3 +131,33 @@ func TestCacheBounded(t *testing.T) {
 		t.Errorf("Lookup of an unknown key = %v, want ErrNotFound", err)
 	}
 }
+
+// TestCachedQueueOverPostgres runs both suites against the cache in front
+// of PostgreSQL's records and queue.
+func TestCachedQueueOverPostgres(t *testing.T) {
+	testQueue(t, func(t *testing.T) (queueStore, func() queueStore) {
+		url := postgres.Get(t).NewDatabase(t)
+		s := NewCachedQueue(openPostgres(t, nil, PostgresConfig{URL: url}), CacheConfig{Size: 1000})
+		return s, func() queueStore {
+			return NewCachedQueue(openPostgres(t, nil, PostgresConfig{URL: url}), CacheConfig{Size: 1000})
+		}
+	})
+}
+
+// TestCachedQueueDuplicateDuringOutage checks a duplicate of an async
+// event that was delivered is answered from the cache with the database
+// stopped.
+func TestCachedQueueDuplicateDuringOutage(t *testing.T) {
+	srv := pgtest.New(t)
+	c := NewCachedQueue(openPostgres(t, srv, PostgresConfig{}), CacheConfig{Size: 10})
+	mustEnqueue(t, c, "k")
+	d := takeOne(t, c, lease)
+	if err := c.Succeed(context.Background(), d, replayed, keep); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	won, rec, err := c.Enqueue(context.Background(), "k", queueReq)
+	if err != nil || won || rec.State != Completed || rec.Delivery.Attempts != 1 {
+		t.Errorf("Enqueue of a delivered event during the outage = %v, %+v, %v; want the completed record", won, rec, err)
+	}
+}
