@@ -66,7 +66,7 @@ type Config struct {
 	DedupBodyFingerprint bool          `env:"DEDUP_BODY_FINGERPRINT" envDefault:"false" desc:"also treat a body already completed within the TTL as a duplicate"`
 
 	ReplayResponse bool          `env:"REPLAY_RESPONSE" envDefault:"false" desc:"answer duplicates with the original status, Content-Type and body"`
-	ReplayMaxBytes int           `env:"REPLAY_MAX_BYTES" envDefault:"65536" desc:"largest response body kept for replay"`
+	ReplayMaxBytes int           `env:"REPLAY_MAX_BYTES" envDefault:"65536" desc:"largest response body kept for replay; 0 keeps none (only answers with an empty body are replayed)"`
 	InflightWait   time.Duration `env:"INFLIGHT_WAIT" envDefault:"0s" desc:"how long a duplicate of an in-flight event waits for the first to finish"`
 	InflightStatus int           `env:"INFLIGHT_STATUS" envDefault:"409" desc:"answer when that wait ends with the first still in flight: 409 or 503"`
 	ShadowMode     bool          `env:"SHADOW_MODE" envDefault:"false" desc:"detect, log and count duplicates but forward everything"`

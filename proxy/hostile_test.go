@@ -180,7 +180,7 @@ func newHostile(t *testing.T, routes string, opts providers.Options, cfg proxy.C
 		}
 		cfg.Routes = append(cfg.Routes, proxy.Route{Path: path, Source: src})
 	}
-	h := proxy.New(cfg)
+	h := newHandler(t, cfg)
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
 		select {
