@@ -422,13 +422,16 @@ func TestInflightWait(t *testing.T) {
 					w.WriteHeader(tc.firstStatus)
 				}
 			})
+			var once sync.Once
+			finish := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(finish) // before the servers close, should the test fail
 			first := f.postAsync(t, "/gh", gh("w1"), "{}")
 			<-arrived
 			second := f.postAsync(t, "/gh", gh("w1"), "{}")
 			// Only once the second copy is visibly waiting (it looks the
 			// first one up) does the first finish.
 			st.awaitLookup(t, "test:github:w1")
-			close(release)
+			finish()
 			wantAnswer(t, <-first, tc.firstStatus, "forwarded")
 			wantAnswer(t, <-second, http.StatusOK, tc.want)
 		})
@@ -502,6 +505,9 @@ func TestSenderGoneAfterForwardAppSettles(t *testing.T) {
 					w.WriteHeader(tc.status)
 				}
 			})
+			var once sync.Once
+			finish := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(finish) // before the servers close, should the test fail
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/gh", strings.NewReader("{}"))
 			req.Header.Set("X-GitHub-Delivery", "c1")
@@ -510,7 +516,7 @@ func TestSenderGoneAfterForwardAppSettles(t *testing.T) {
 			cancel()
 			<-done
 			wantAnswer(t, f.post(t, "/gh", gh("c1"), "{}"), http.StatusConflict, "in-flight")
-			close(release)
+			finish()
 			pollSettled(t, f.store, "test:github:c1")
 			wantAnswer(t, f.post(t, "/gh", gh("c1"), "{}"), http.StatusOK, tc.next)
 			if got := f.up.calls.Load(); got != tc.calls {
@@ -560,12 +566,12 @@ func doAsync(req *http.Request) <-chan error {
 // Redis SET NX already sent is: only the answer is lost.
 type stallingStore struct {
 	*dedup.Memory
-	claiming chan struct{}
+	claiming chan string // the key of each claim as it begins
 	proceed  chan struct{}
 }
 
 func (s stallingStore) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error) {
-	s.claiming <- struct{}{}
+	s.claiming <- key
 	select {
 	case <-s.proceed:
 		return s.Memory.Claim(ctx, key, lease)
@@ -581,7 +587,7 @@ func (s stallingStore) Claim(ctx context.Context, key string, lease time.Duratio
 // than left to sit out its lease. (net/http notices a closed connection
 // once the body has been read, as it is on a JSON route.)
 func TestSenderGoneDuringClaim(t *testing.T) {
-	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan struct{}, 1), proceed: make(chan struct{})}
+	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan string, 1), proceed: make(chan struct{})}
 	t.Cleanup(func() { st.Close() })
 	gone := make(chan struct{}) // closed once the proxy sees the sender gone
 	f := newWrappedFixture(t, "/events=json:id", proxy.Config{Store: st}, func(h http.Handler) http.Handler {
@@ -594,14 +600,14 @@ func TestSenderGoneDuringClaim(t *testing.T) {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/events", strings.NewReader(`{"id":"c2"}`))
 	done := doAsync(req)
-	<-st.claiming
+	key := <-st.claiming
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the request succeeded after its sender cancelled it")
 	}
 	<-gone
 	close(st.proceed) // the store takes the claim just after the sender left
-	pollFree(t, f.store, "test:events:c2")
+	pollFree(t, f.store, key)
 	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
 	for _, outcome := range []string{"store-unavailable", "forwarded"} {
 		if n := f.counter(t, "webhook_dedup_requests_total", "outcome", outcome); n != 0 {
@@ -829,7 +835,7 @@ func TestNewRequiresStoreMetricsUpstream(t *testing.T) {
 		tc.drop(&cfg)
 		h, err := proxy.New(cfg)
 		if h != nil || !errors.Is(err, proxy.ErrConfig) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New without %s: %v, %v; want no handler and ErrConfig naming %s", tc.field, h, err, tc.field)
+			t.Errorf("New without %s: handler %t, error %v; want no handler and ErrConfig naming %s", tc.field, h != nil, err, tc.field)
 		}
 	}
 }
