@@ -37,6 +37,9 @@ type upstream struct {
 	fail func(key string, attempt int) bool
 	// work is how long the app works on the attempt-th request for key. Nil: no time.
 	work func(key string, attempt int) time.Duration
+	// stubborn makes the app finish its work and apply the effect even when
+	// its client (the proxy) hung up, as most legacy apps do.
+	stubborn bool
 	// hold, when not nil, holds every webhook request until it is closed
 	// or the request's context ends (the proxy gave up or died); a request
 	// whose context ends has no effect.
@@ -135,7 +138,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.attempts[k]++
 	attempt := u.attempts[k]
-	hold, fail, work := u.hold, u.fail, u.work
+	hold, fail, work, stubborn := u.hold, u.fail, u.work, u.stubborn
 	u.mu.Unlock()
 	select {
 	case u.entered <- k:
@@ -155,9 +158,13 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if work != nil {
 		t := time.NewTimer(work(k, attempt))
+		gone := r.Context().Done()
+		if stubborn {
+			gone = nil // the work goes on whatever the client does
+		}
 		select {
 		case <-t.C:
-		case <-r.Context().Done():
+		case <-gone:
 			t.Stop()
 			return
 		}
@@ -172,7 +179,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "app failed on %s attempt %d\n", k, attempt)
 		return
 	}
-	if r.Context().Err() != nil {
+	if r.Context().Err() != nil && !stubborn {
 		return // the proxy is gone: the app's transaction rolls back
 	}
 	u.mu.Lock()
@@ -258,6 +265,15 @@ func (u *upstream) WorkFor(work func(key string, attempt int) time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.work = work
+}
+
+// IgnoreHangUp makes the app behave as most legacy apps do: once it has the
+// whole request it finishes its work and applies the effect, even when its
+// client (the proxy) hangs up meanwhile.
+func (u *upstream) IgnoreHangUp() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stubborn = true
 }
 
 // awaitEntered waits until a webhook request for k reaches the app.
