@@ -364,6 +364,25 @@ func TestInFlightDuplicate(t *testing.T) {
 	wantAnswer(t, <-firstBB, http.StatusOK, "forwarded")
 }
 
+// holdFirst makes the upstream hold the first request it gets until finish
+// is called (at the latest when the test ends), then answer it status;
+// later requests are answered 200 at once. arrived signals the first.
+func holdFirst(t *testing.T, f *fixture, status int) (arrived <-chan struct{}, finish func()) {
+	first, release := make(chan struct{}, 1), make(chan struct{})
+	var n atomic.Int64
+	f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if n.Add(1) == 1 {
+			first <- struct{}{}
+			<-release
+			w.WriteHeader(status)
+		}
+	})
+	var once sync.Once
+	finish = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(finish) // before the servers close, should the test fail
+	return first, finish
+}
+
 // lookupWatch is an embedded store that reports the key of every Lookup:
 // a copy waiting for the first one's outcome (INFLIGHT_WAIT) looks it up.
 type lookupWatch struct {
@@ -413,18 +432,7 @@ func TestInflightWait(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newLookupWatch(t)
 			f := newFixture(t, "/gh=github", proxy.Config{Store: st, InflightWait: 20 * time.Second})
-			arrived, release := make(chan struct{}, 2), make(chan struct{})
-			var n atomic.Int64
-			f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, _ []byte) {
-				if n.Add(1) == 1 {
-					arrived <- struct{}{}
-					<-release
-					w.WriteHeader(tc.firstStatus)
-				}
-			})
-			var once sync.Once
-			finish := func() { once.Do(func() { close(release) }) }
-			t.Cleanup(finish) // before the servers close, should the test fail
+			arrived, finish := holdFirst(t, f, tc.firstStatus)
 			first := f.postAsync(t, "/gh", gh("w1"), "{}")
 			<-arrived
 			second := f.postAsync(t, "/gh", gh("w1"), "{}")
@@ -496,18 +504,7 @@ func TestSenderGoneAfterForwardAppSettles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, "/gh=github", proxy.Config{})
-			arrived, release := make(chan struct{}, 1), make(chan struct{})
-			var n atomic.Int64
-			f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, _ []byte) {
-				if n.Add(1) == 1 {
-					arrived <- struct{}{}
-					<-release
-					w.WriteHeader(tc.status)
-				}
-			})
-			var once sync.Once
-			finish := func() { once.Do(func() { close(release) }) }
-			t.Cleanup(finish) // before the servers close, should the test fail
+			arrived, finish := holdFirst(t, f, tc.status)
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/gh", strings.NewReader("{}"))
 			req.Header.Set("X-GitHub-Delivery", "c1")

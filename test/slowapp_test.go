@@ -176,7 +176,7 @@ func TestSlowAppSenderGoneMidBody(t *testing.T) {
 	if _, err := c.Write([]byte(signedHead(t, ctx, px, acme, ev, 1000) + string(ev.Body[:10]))); err != nil {
 		t.Fatal(err)
 	}
-	awaitArrived(t, app, acme.Path)
+	app.awaitArrived(t, acme.Path)
 	c.Close()
 
 	awaitNoKey(t, srv.Addr, "e2e-slow:"+namespace(acme)+":"+ev.ID)
@@ -186,21 +186,5 @@ func TestSlowAppSenderGoneMidBody(t *testing.T) {
 	expect(t, "the retry", mustSend(t, ctx, client, px, acme, ev), http.StatusOK, "forwarded")
 	if n := app.Effects(k); n != 1 {
 		t.Errorf("took effect %d times, want 1 (the retry)", n)
-	}
-}
-
-// awaitArrived waits until the headers of a request on path reach the app.
-func awaitArrived(t *testing.T, app *upstream, path string) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case got := <-app.arrived:
-			if got == path {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no request on %s reached the app within 10s", path)
-		}
 	}
 }

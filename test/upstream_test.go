@@ -279,32 +279,35 @@ func (u *upstream) IgnoreHangUp() {
 // awaitEntered waits until a webhook request for k reaches the app.
 func (u *upstream) awaitEntered(t testing.TB, k string) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case got := <-u.entered:
-			if got == k {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no request for %s reached the app within 10s", k)
-		}
-	}
+	awaitValue(t, u.entered, k, "no request for "+k+" reached the app")
 }
 
 // awaitAbandoned waits until a held request for k ends without effect
 // because the proxy gave up on it or died.
 func (u *upstream) awaitAbandoned(t testing.TB, k string) {
 	t.Helper()
+	awaitValue(t, u.abandoned, k, "the held request for "+k+" was not abandoned")
+}
+
+// awaitArrived waits until the headers of a request on path reach the app.
+func (u *upstream) awaitArrived(t testing.TB, path string) {
+	t.Helper()
+	awaitValue(t, u.arrived, path, "no request on "+path+" reached the app")
+}
+
+// awaitValue waits until want comes out of ch, for at most 10 seconds, and
+// fails the test with failure if it does not.
+func awaitValue(t testing.TB, ch <-chan string, want, failure string) {
+	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
-		case got := <-u.abandoned:
-			if got == k {
+		case got := <-ch:
+			if got == want {
 				return
 			}
 		case <-deadline:
-			t.Fatalf("the held request for %s was not abandoned within 10s", k)
+			t.Fatalf("%s within 10s", failure)
 		}
 	}
 }
