@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return usageError(err)
 	}
 	defer func() { _ = stopLog() }()
+	for _, u := range config.UnknownVariables(environ) {
+		log.Warn("unknown variable, ignored: is it misspelt?", zap.String("variable", u.Name), zap.String("did_you_mean", u.Suggestion))
+	}
 	// go-redis logs through a process-wide logger; route it through zap.
 	redis.SetLogger(newRedisLogger(log))
 
@@ -61,28 +65,32 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler, err := proxy.New(proxy.Config{
-		Upstream:            cfg.Upstream,
-		Routes:              routes,
-		Store:               st,
-		KeyPrefix:           cfg.KeyPrefix,
-		UpstreamTimeout:     cfg.UpstreamTimeout,
-		LeaseTTL:            cfg.LeaseTTL,
-		MaxBodyBytes:        cfg.MaxBodyBytes,
-		ForwardOnStoreError: cfg.OnStoreError == "forward",
-		RejectMissingID:     cfg.OnMissingID == "reject",
-		BodyFingerprint:     cfg.DedupBodyFingerprint,
-		ReplayResponse:      cfg.ReplayResponse,
-		ReplayMaxBytes:      cfg.ReplayMaxBytes,
-		InflightWait:        cfg.InflightWait,
-		InflightStatus:      cfg.InflightStatus,
-		ShadowMode:          cfg.ShadowMode,
-		Logger:              log,
-		Metrics:             proxy.NewMetrics(reg),
+		Upstream:        cfg.Upstream,
+		Routes:          routes,
+		Store:           st,
+		KeyPrefix:       cfg.KeyPrefix,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		LeaseTTL:        cfg.LeaseTTL,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		OnStoreError:    cfg.OnStoreError,
+		OnMissingID:     cfg.OnMissingID,
+		BodyFingerprint: cfg.DedupBodyFingerprint,
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		InflightWait:    cfg.InflightWait,
+		InflightStatus:  cfg.InflightStatus,
+		ShadowMode:      cfg.ShadowMode,
+		Logger:          log,
+		Metrics:         proxy.NewMetrics(reg),
 	})
 	if err != nil {
 		return err
 	}
-	adm := admin.New(admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")})
+	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
+	if cfg.ReadyCheckUpstream {
+		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
+	}
+	adm := admin.New(adminCfg)
 
 	// Requests are tracked so that, when draining runs out of time, the
 	// handlers still running get to release their claims before exit.
@@ -103,7 +111,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	}
 	log.Info("serving",
 		zap.String("listen", publicLn.Addr().String()), zap.String("admin", privateLn.Addr().String()),
-		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("version", version))
+		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("store", string(cfg.Store.Kind)),
+		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", version))
 
 	srv := &servers{
 		public: server.Public(cfg, tracked, log), publicLn: publicLn,
@@ -223,32 +232,83 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 	return routes, errors.Join(errs...)
 }
 
-func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
-	rc := dedup.RedisConfig{
-		URL:              cfg.RedisURL,
-		ClusterAddrs:     cfg.RedisClusterAddrs,
-		SentinelAddrs:    cfg.RedisSentinelAddrs,
-		SentinelMaster:   cfg.RedisSentinelMaster,
-		SentinelUsername: cfg.RedisSentinelUsername,
-		SentinelPassword: cfg.RedisSentinelPassword,
-		Username:         cfg.RedisUsername,
-		Password:         cfg.RedisPassword,
-		PoolSize:         cfg.RedisPoolSize,
-		DialTimeout:      cfg.RedisDialTimeout,
-		Timeout:          cfg.RedisTimeout,
-		WaitReplicas:     cfg.RedisWaitReplicas,
-		WaitTimeout:      cfg.RedisWaitTimeout,
+// openStore opens the store config chose (config.Store): the one place
+// that turns that choice into a running store.
+// upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
+// request at its base URL. Any answer counts, a 404 too: the question is
+// whether the app is up, not whether it serves that path.
+func upstreamAnswers(upstream *url.URL) func(ctx context.Context) error {
+	client := &http.Client{
+		Transport: proxy.NewTransport(),
+		// A redirect is an answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	if !cfg.UsesRedis() {
-		log.Warn("no Redis configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream.String(), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return resp.Body.Close()
+	}
+}
+
+// describeRoutes says, a line per route, what the start-up log shows of
+// it: its path and source, and which of its presets verify signatures.
+func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		var verified []string
+		for _, name := range r.Source.PresetNames() {
+			if len(cfg.Secrets[name]) > 0 {
+				verified = append(verified, name)
+			}
+		}
+		line := r.Path + "=" + cfg.RouteSpecs[i].Source
+		if len(verified) > 0 {
+			line += " (signatures verified: " + strings.Join(verified, ", ") + ")"
+		} else {
+			line += " (signatures not verified)"
+		}
+		out[i] = line
+	}
+	return out
+}
+
+func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
+	switch cfg.Store.Kind {
+	case config.StoreRedis:
+		return openRedis(cfg, log)
+	default:
+		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
-	mode, variable := "standalone", "REDIS_URL"
-	switch {
-	case len(rc.ClusterAddrs) > 0:
-		mode, variable = "cluster", "REDIS_CLUSTER_ADDRS"
-	case len(rc.SentinelAddrs) > 0:
-		mode, variable = "sentinel", "REDIS_SENTINEL_ADDRS"
+}
+
+// openRedis connects to Redis in the mode config chose, handing dedup only
+// that mode's addresses.
+func openRedis(cfg *config.Config, log *zap.Logger) (store, error) {
+	rc := dedup.RedisConfig{
+		Username:     cfg.RedisUsername,
+		Password:     cfg.RedisPassword,
+		PoolSize:     cfg.RedisPoolSize,
+		DialTimeout:  cfg.RedisDialTimeout,
+		Timeout:      cfg.RedisTimeout,
+		WaitReplicas: cfg.RedisWaitReplicas,
+		WaitTimeout:  cfg.RedisWaitTimeout,
+	}
+	switch cfg.Store.RedisMode {
+	case config.RedisStandalone:
+		rc.URL = cfg.RedisURL
+	case config.RedisCluster:
+		rc.ClusterAddrs = cfg.RedisClusterAddrs
+	case config.RedisSentinel:
+		rc.SentinelAddrs, rc.SentinelMaster = cfg.RedisSentinelAddrs, cfg.RedisSentinelMaster
+		rc.SentinelUsername, rc.SentinelPassword = cfg.RedisSentinelUsername, cfg.RedisSentinelPassword
 	}
 	if cfg.RedisTLS || strings.HasPrefix(rc.URL, "rediss://") {
 		rc.TLS = &dedup.RedisTLS{
@@ -260,11 +320,11 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	}
 	st, err := dedup.OpenRedis(rc)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", variable, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Store.Variable, err)
 	}
-	log.Info("store: redis", zap.String("mode", mode), zap.Bool("tls", rc.TLS != nil),
+	log.Info("store: redis", zap.String("mode", string(cfg.Store.RedisMode)), zap.Bool("tls", rc.TLS != nil),
 		zap.Int("wait_replicas", rc.WaitReplicas), zap.Duration("timeout", rc.Timeout))
-	if mode != "standalone" && rc.WaitReplicas == 0 {
+	if cfg.Store.RedisMode != config.RedisStandalone && rc.WaitReplicas == 0 {
 		log.Info("REDIS_WAIT_REPLICAS is 0: a failover may lose the last records the master acknowledged, and let a duplicate through")
 	}
 	return st, nil

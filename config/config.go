@@ -20,6 +20,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/webhook-dedup/webhook-dedup/providers"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
 // Config is the whole configuration. Every field is one environment
@@ -59,8 +60,8 @@ type Config struct {
 	LeaseTTL        time.Duration `env:"LEASE_TTL" desc:"lifetime of an in-flight claim; must exceed UPSTREAM_TIMEOUT; empty: UPSTREAM_TIMEOUT + 15s"`
 	MaxBodyBytes    int64         `env:"MAX_BODY_BYTES" envDefault:"10485760" desc:"largest body read for ID extraction, signatures or fingerprints (413 beyond)"`
 
-	OnStoreError string `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
-	OnMissingID  string `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
+	OnStoreError proxy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
+	OnMissingID  proxy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
 
 	SignatureTolerance   time.Duration `env:"SIGNATURE_TOLERANCE" envDefault:"5m" desc:"allowed age (and future skew) of a signed timestamp"`
 	DedupBodyFingerprint bool          `env:"DEDUP_BODY_FINGERPRINT" envDefault:"false" desc:"also treat a body already completed within the TTL as a duplicate"`
@@ -79,6 +80,8 @@ type Config struct {
 	ShutdownDelay   time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s" desc:"keep serving this long after SIGTERM (while endpoints are removed)"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" desc:"then drain in-flight requests for at most this long"`
 
+	ReadyCheckUpstream bool `env:"READY_CHECK_UPSTREAM" envDefault:"false" desc:"/readyz also answers 503 while the app does not answer HTTP (off: readiness follows the store; the app's own probe covers the app)"`
+
 	AdminToken string `env:"ADMIN_TOKEN" desc:"bearer token for the admin API; empty disables it"`
 	LogLevel   string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat  string `env:"LOG_FORMAT" envDefault:"json" desc:"json or console"`
@@ -91,6 +94,8 @@ type Config struct {
 	Upstream *url.URL `env:"-"`
 	// RouteSpecs is Routes parsed.
 	RouteSpecs []RouteSpec `env:"-"`
+	// Store is the store chosen by what is configured (chooseStore).
+	Store Store `env:"-"`
 }
 
 // RouteSpec is one PATH=SOURCE entry of ROUTES.
@@ -114,21 +119,29 @@ func LoadForStore(environ map[string]string) (*Config, error) {
 func load(environ map[string]string, needUpstream bool) (*Config, error) {
 	var cfg Config
 	var errs []error
+	unparsed := map[string]bool{}
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
-		errs = append(errs, namedParseErrors(err)...)
+		for _, e := range namedParseErrors(err) {
+			errs = append(errs, e.err)
+			unparsed[e.variable] = true
+		}
 	}
-	errs = append(errs, cfg.complete(environ, needUpstream)...)
+	errs = append(errs, cfg.complete(environ, needUpstream, unparsed)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return &cfg, nil
 }
 
-// complete validates the parsed fields and fills in the derived ones.
-func (c *Config) complete(environ map[string]string, needUpstream bool) []error {
+// complete validates the parsed fields and fills in the derived ones. A
+// variable in unparsed already has its error: its zero value is not
+// reported again.
+func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed map[string]bool) []error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+		if !unparsed[name] {
+			errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+		}
 	}
 
 	if c.UpstreamURL == "" && needUpstream {
@@ -145,6 +158,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL")
 		}
 	}
+	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
+	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
+	c.Store = c.chooseStore(bad)
 	c.completeRedis(bad)
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
@@ -182,12 +198,6 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 	if c.MaxHeaderBytes <= 0 {
 		bad("MAX_HEADER_BYTES", "must be positive, got %d", c.MaxHeaderBytes)
 	}
-	if c.OnStoreError != "reject" && c.OnStoreError != "forward" {
-		bad("ON_STORE_ERROR", "must be reject or forward, got %q", c.OnStoreError)
-	}
-	if c.OnMissingID != "forward" && c.OnMissingID != "reject" {
-		bad("ON_MISSING_ID", "must be forward or reject, got %q", c.OnMissingID)
-	}
 	if c.InflightStatus != 409 && c.InflightStatus != 503 {
 		bad("INFLIGHT_STATUS", "must be 409 or 503, got %d", c.InflightStatus)
 	}
@@ -204,9 +214,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 		bad("ROUTES", "%v", err)
 	}
 	c.RouteSpecs = specs
-
 	c.Secrets = map[string][]string{}
 	c.URLs = map[string]string{}
+
 	for _, p := range providers.Presets() {
 		if p.SecretVar != "" {
 			if secrets := splitList(environ[p.SecretVar]); len(secrets) > 0 {
@@ -221,6 +231,14 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 					c.URLs[p.Name] = v
 				}
 			}
+		}
+	}
+	// Each source is built once here only to validate it (an unknown
+	// preset, a malformed secret), so that its problems are reported with
+	// all the others; serving builds it again.
+	for _, spec := range c.RouteSpecs {
+		if _, err := providers.ParseSource(spec.Path, spec.Source, c.ProviderOptions()); err != nil {
+			bad("ROUTES", "%s=%s: %v", spec.Path, spec.Source, err)
 		}
 	}
 	return errs
@@ -263,12 +281,6 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 	return specs, nil
 }
 
-// UsesRedis reports whether a Redis is configured in any mode; if not, the
-// embedded in-memory store is used.
-func (c *Config) UsesRedis() bool {
-	return c.RedisURL != "" || len(c.RedisClusterAddrs) > 0 || len(c.RedisSentinelAddrs) > 0
-}
-
 // ProviderOptions is what the providers package needs to build sources.
 func (c *Config) ProviderOptions() providers.Options {
 	return providers.Options{Secrets: c.Secrets, URLs: c.URLs, Tolerance: c.SignatureTolerance, TTL: c.DedupTTL}
@@ -284,24 +296,31 @@ func splitList(s string) []string {
 	return out
 }
 
+// parseError is a value caarlos0/env could not parse, and its variable.
+type parseError struct {
+	variable string
+	err      error
+}
+
 // namedParseErrors rewrites caarlos0/env's errors, which name struct fields,
 // so that each names the environment variable instead.
-func namedParseErrors(err error) []error {
+func namedParseErrors(err error) []parseError {
 	var agg env.AggregateError
 	if !errors.As(err, &agg) {
-		return []error{err}
+		return []parseError{{err: err}}
 	}
 	t := reflect.TypeOf(Config{})
-	var out []error
+	var out []parseError
 	for _, e := range agg.Errors {
 		var pe env.ParseError
 		if errors.As(e, &pe) {
 			if f, ok := t.FieldByName(pe.Name); ok {
-				out = append(out, fmt.Errorf("%s: %w", f.Tag.Get("env"), pe.Err))
+				name := f.Tag.Get("env")
+				out = append(out, parseError{name, fmt.Errorf("%s: %w", name, pe.Err)})
 				continue
 			}
 		}
-		out = append(out, e)
+		out = append(out, parseError{err: e})
 	}
 	return out
 }
@@ -355,24 +374,7 @@ func WriteUsage(w io.Writer) error {
 // completeRedis validates the Redis settings beyond REDIS_URL, reads
 // REDIS_PASSWORD_FILE into RedisPassword and derives RedisTimeout.
 func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
-	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
-	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
-	var modes []string
-	for _, m := range []struct {
-		name string
-		set  bool
-	}{
-		{"REDIS_URL", c.RedisURL != ""},
-		{"REDIS_CLUSTER_ADDRS", len(c.RedisClusterAddrs) > 0},
-		{"REDIS_SENTINEL_ADDRS", len(c.RedisSentinelAddrs) > 0},
-	} {
-		if m.set {
-			modes = append(modes, m.name)
-		}
-	}
-	if len(modes) > 1 {
-		bad(modes[1], "set together with %s: choose one way to reach Redis", modes[0])
-	}
+	redis := c.Store.Kind == StoreRedis
 	for _, list := range []struct {
 		name  string
 		addrs []string
@@ -431,7 +433,7 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 		{"REDIS_TLS_KEY_FILE", c.RedisTLSKeyFile}, {"REDIS_TLS_SERVER_NAME", c.RedisTLSServerName},
 	}
 	for _, f := range tlsFiles {
-		if f.value != "" && !c.RedisTLS && !urlTLS && len(modes) > 0 {
+		if f.value != "" && !c.RedisTLS && !urlTLS && redis {
 			bad(f.name, "TLS is off: set REDIS_TLS=true, or write rediss:// in REDIS_URL")
 		}
 	}
@@ -453,7 +455,7 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 		}
 	}
 
-	if len(modes) == 0 {
+	if !redis {
 		// Without Redis these would be ignored in silence, and the proxy
 		// would run on the embedded store the operator did not mean.
 		redisOnly := append([]struct{ name, value string }{

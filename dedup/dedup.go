@@ -26,15 +26,28 @@ const (
 	InFlight
 	// Completed means the upstream answered 2xx; the record lives for its TTL.
 	Completed
+	// Queued means an async event waits for its first or next attempt.
+	Queued
+	// Delivering means a worker holds an async event and is delivering it.
+	Delivering
+	// Failed means an async event was dead-lettered: its attempts ran out.
+	Failed
 )
 
-// String returns the name used in the admin API: "in-flight" or "completed".
+// String returns the name used in the admin API: "in-flight",
+// "completed", "queued", "delivering" or "failed".
 func (s State) String() string {
 	switch s {
 	case InFlight:
 		return "in-flight"
 	case Completed:
 		return "completed"
+	case Queued:
+		return "queued"
+	case Delivering:
+		return "delivering"
+	case Failed:
+		return "failed"
 	default:
 		return "absent"
 	}
@@ -68,4 +81,19 @@ type Record struct {
 	// TTL is the time left before the record expires: the lease for an
 	// in-flight claim, the retention for a completed record.
 	TTL time.Duration
+	// Delivery is set for the events of async routes.
+	Delivery DeliveryStatus
+}
+
+// DeliveryStatus is where an async event's background delivery stands.
+type DeliveryStatus struct {
+	// Attempts counts the attempts made so far.
+	Attempts int
+	// LastStatus is the app's status on the last attempt; 0 if none
+	// answered (timeout, connection error) or none was made.
+	LastStatus int
+	// LastError says why the last attempt failed; empty if none did.
+	LastError string
+	// NextAttemptAt is when a queued event is due; zero otherwise.
+	NextAttemptAt time.Time
 }

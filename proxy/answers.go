@@ -72,7 +72,7 @@ func (h *Handler) inFlight(w http.ResponseWriter, wh *webhook, rec dedup.Record)
 // storeUnavailable answers a webhook whose store call failed: 503, or with
 // ForwardOnStoreError, the upstream's answer, unchecked.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *webhook, err error) result {
-	if h.cfg.ForwardOnStoreError {
+	if h.cfg.OnStoreError == ForwardOnStoreError {
 		return h.forward(w, r, wh, outcomeForwardedUnchecked, nil).because(err)
 	}
 	w.Header().Set("Retry-After", storeErrorRetryAfter)

@@ -323,16 +323,16 @@ func hdr(kv ...string) http.Header {
 
 func TestHostileMalformedJSON(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		reject  bool
-		status  int
-		outcome string
+		name      string
+		onMissing proxy.MissingIDPolicy
+		status    int
+		outcome   string
 	}{
-		{"default: forwarded unchecked", false, 200, "forwarded-unchecked"},
-		{"ON_MISSING_ID=reject: 400", true, 400, "missing-id"},
+		{"default: forwarded unchecked", proxy.ForwardMissingID, 200, "forwarded-unchecked"},
+		{"ON_MISSING_ID=reject: 400", proxy.RejectMissingID, 400, "missing-id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newHostile(t, "/stripe=stripe,/json=json:data.id", providers.Options{}, proxy.Config{RejectMissingID: tc.reject})
+			f := newHostile(t, "/stripe=stripe,/json=json:data.id", providers.Options{}, proxy.Config{OnMissingID: tc.onMissing})
 			bodies := []string{
 				`{"id":"evt_1"`,              // truncated
 				`{"id":"evt_1"} trailing`,    // trailing garbage
@@ -351,9 +351,9 @@ func TestHostileMalformedJSON(t *testing.T) {
 			}
 			f.expectUntouched(t, "malformed JSON")
 			processed, _ := f.up.seen()
-			if want := 2 * len(bodies); !tc.reject && len(processed) != want {
+			if want := 2 * len(bodies); tc.onMissing == proxy.ForwardMissingID && len(processed) != want {
 				t.Errorf("the app processed %d requests, want %d", len(processed), want)
-			} else if tc.reject && len(processed) != 0 {
+			} else if tc.onMissing == proxy.RejectMissingID && len(processed) != 0 {
 				t.Errorf("the app processed %d rejected requests", len(processed))
 			}
 		})

@@ -41,12 +41,12 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxBodyBytes bounds a body the proxy must hold. If zero, 10 MiB.
 	MaxBodyBytes int64
-	// ForwardOnStoreError fails open when the store is unreachable;
-	// if false, the sender gets 503 and retries.
-	ForwardOnStoreError bool
-	// RejectMissingID answers 400 when no event ID is found; if false the
-	// request is forwarded unchecked.
-	RejectMissingID bool
+	// OnStoreError is what a webhook gets while the store is unreachable.
+	// If zero, RejectOnStoreError.
+	OnStoreError StoreErrorPolicy
+	// OnMissingID is what a webhook without an event ID gets. If zero,
+	// ForwardMissingID.
+	OnMissingID MissingIDPolicy
 	// BodyFingerprint also treats a body already completed as a duplicate.
 	BodyFingerprint bool
 	// ReplayResponse answers duplicates with the original response.

@@ -672,7 +672,7 @@ func TestStoreUnavailable(t *testing.T) {
 		}
 	})
 	t.Run("forward", func(t *testing.T) {
-		f := newFixture(t, "/gh=github", proxy.Config{Store: brokenStore{}, ForwardOnStoreError: true})
+		f := newFixture(t, "/gh=github", proxy.Config{Store: brokenStore{}, OnStoreError: proxy.ForwardOnStoreError})
 		resp := f.post(t, "/gh", gh("s2"), "{}")
 		wantAnswer(t, resp, http.StatusOK, "forwarded-unchecked")
 		if f.up.calls.Load() != 1 {
@@ -685,20 +685,20 @@ func TestMissingAndInvalidIDs(t *testing.T) {
 	long := strings.Repeat("x", providers.MaxIDLen+1)
 	for _, tc := range []struct {
 		name      string
-		reject    bool
+		onMissing proxy.MissingIDPolicy
 		header    map[string]string
 		status    int
 		outcome   string
 		forwarded bool
 	}{
-		{"missing, forward", false, nil, 200, "forwarded-unchecked", true},
-		{"missing, reject", true, nil, 400, "missing-id", false},
-		{"empty, reject", true, gh("   "), 400, "missing-id", false},
-		{"too long", false, gh(long), 400, "invalid-id", false},
-		{"control character", false, gh("a\tb"), 400, "invalid-id", false},
+		{"missing, forward", proxy.ForwardMissingID, nil, 200, "forwarded-unchecked", true},
+		{"missing, reject", proxy.RejectMissingID, nil, 400, "missing-id", false},
+		{"empty, reject", proxy.RejectMissingID, gh("   "), 400, "missing-id", false},
+		{"too long", proxy.ForwardMissingID, gh(long), 400, "invalid-id", false},
+		{"control character", proxy.ForwardMissingID, gh("a\tb"), 400, "invalid-id", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, "/gh=github", proxy.Config{RejectMissingID: tc.reject})
+			f := newFixture(t, "/gh=github", proxy.Config{OnMissingID: tc.onMissing})
 			resp := f.post(t, "/gh", tc.header, "{}")
 			wantAnswer(t, resp, tc.status, tc.outcome)
 			if got := f.up.calls.Load() == 1; got != tc.forwarded {

@@ -98,7 +98,7 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 	switch {
 	case errors.Is(err, providers.ErrNotEvent):
 		return h.forward(w, r, wh, outcomeForwardedUnchecked, nil)
-	case errors.Is(err, providers.ErrNoID) && h.cfg.RejectMissingID:
+	case errors.Is(err, providers.ErrNoID) && h.cfg.OnMissingID == RejectMissingID:
 		return h.answer(w, wh.id, http.StatusBadRequest, outcomeMissingID, "no event ID found", err)
 	case errors.Is(err, providers.ErrNoID):
 		return h.forward(w, r, wh, outcomeForwardedUnchecked, nil).because(err)

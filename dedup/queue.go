@@ -1,0 +1,99 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Sentinel errors of the queue.
+var (
+	// ErrNotFailed means Requeue was asked to retry an event that is not
+	// dead-lettered (it is queued, being delivered or completed).
+	ErrNotFailed = errors.New("dedup: event is not dead-lettered")
+)
+
+// Request is a webhook request kept for background delivery: everything
+// the worker needs to forward it as a sync route would have, byte for byte.
+type Request struct {
+	// Method, RequestURI (path and query, as received) and Host are the
+	// request line and the Host header the sender used.
+	Method, RequestURI, Host string
+	// Header is the sender's header, as received.
+	Header http.Header
+	// RemoteAddr and TLS are what X-Forwarded-For and X-Forwarded-Proto
+	// are made from, as when the proxy received the request.
+	RemoteAddr string
+	TLS        bool
+	// Body is the whole body.
+	Body []byte
+}
+
+// Delivery is one queued event as a worker holds it, from Take until it is
+// settled with Succeed, Retry or Fail. While held, no other worker gets it;
+// if the worker dies, the event is taken over once Lease has passed.
+type Delivery struct {
+	// Claim owns the delivery: Succeed, Retry and Fail check its token, so
+	// a worker whose lease ran out cannot settle an event another took over.
+	Claim Claim
+	// Request is the webhook to forward.
+	Request Request
+	// Attempt is this attempt's number: 1 for the first.
+	Attempt int
+	// AcceptedAt is when the event was accepted (RETRY_MAX_AGE counts from it).
+	AcceptedAt time.Time
+}
+
+// DeadLetter is a failed event as the dead-letter listing shows it.
+type DeadLetter struct {
+	Key        string
+	Attempts   int
+	LastStatus int
+	LastError  string
+	FailedAt   time.Time
+}
+
+// QueueStats is what the queue metrics report.
+type QueueStats struct {
+	// Depth counts the events queued or waiting for a retry (not those
+	// being delivered, not dead letters).
+	Depth int
+	// OldestAge is the age of the oldest event in Depth; zero when empty.
+	OldestAge time.Duration
+	// DeadLetters counts the failed events kept.
+	DeadLetters int
+}
+
+// Queue is the async delivery queue a durable store keeps beside its
+// records. Every store that supports async delivery implements it and
+// passes the queue conformance suite.
+type Queue interface {
+	// Enqueue claims key and stores req for delivery in one atomic step.
+	// If the key was free it returns true; otherwise false and the record
+	// that holds the key (a duplicate of any state), and stores nothing.
+	Enqueue(ctx context.Context, key string, req Request) (bool, Record, error)
+	// Take hands out at most n deliveries that are due, each leased to
+	// this caller for lease: events never taken, retries whose time has
+	// come, and deliveries whose holder's lease ran out. It returns at
+	// once with what is due, possibly nothing.
+	Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error)
+	// Succeed completes d's event with res, kept for ttl, and drops its
+	// request.
+	Succeed(ctx context.Context, d Delivery, res Result, ttl time.Duration) error
+	// Retry gives d back to the queue, due again at next, noting the
+	// attempt's outcome (the app's status, or 0, and an error text).
+	Retry(ctx context.Context, d Delivery, next time.Time, status int, reason string) error
+	// Fail dead-letters d's event: state Failed, kept with its request for
+	// keep.
+	Fail(ctx context.Context, d Delivery, status int, reason string, keep time.Duration) error
+	// Requeue puts a dead-lettered event back in the queue as a new first
+	// attempt. ErrNotFound if unknown, ErrNotFailed if not dead-lettered.
+	Requeue(ctx context.Context, key string) error
+	// DeadLetters lists up to limit failed events from cursor (empty: the
+	// first page) and the cursor of the next page (empty on the last).
+	DeadLetters(ctx context.Context, cursor string, limit int) ([]DeadLetter, string, error)
+	// Stats reports the queue's depth, its oldest event's age and the
+	// number of dead letters.
+	Stats(ctx context.Context) (QueueStats, error)
+}

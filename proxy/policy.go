@@ -1,0 +1,70 @@
+package proxy
+
+import "fmt"
+
+// StoreErrorPolicy is what a webhook gets while the store is unreachable
+// (ON_STORE_ERROR). The zero value is RejectOnStoreError.
+type StoreErrorPolicy uint8
+
+const (
+	// RejectOnStoreError answers 503 with Retry-After: the sender retries
+	// once the store is back, and nothing is forwarded unchecked.
+	RejectOnStoreError StoreErrorPolicy = iota
+	// ForwardOnStoreError fails open: the webhook is forwarded unchecked,
+	// logged and counted, and may then be processed twice.
+	ForwardOnStoreError
+)
+
+// String returns the policy's name in ON_STORE_ERROR: "reject" or "forward".
+func (p StoreErrorPolicy) String() string {
+	if p == ForwardOnStoreError {
+		return "forward"
+	}
+	return "reject"
+}
+
+// UnmarshalText parses "reject" or "forward".
+func (p *StoreErrorPolicy) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "reject":
+		*p = RejectOnStoreError
+	case "forward":
+		*p = ForwardOnStoreError
+	default:
+		return fmt.Errorf("must be reject or forward, got %q", text)
+	}
+	return nil
+}
+
+// MissingIDPolicy is what a webhook on a dedup route gets when it carries
+// no event ID (ON_MISSING_ID). The zero value is ForwardMissingID.
+type MissingIDPolicy uint8
+
+const (
+	// ForwardMissingID forwards it unchecked: handshakes and pings often
+	// carry no ID, and the app decides.
+	ForwardMissingID MissingIDPolicy = iota
+	// RejectMissingID answers 400.
+	RejectMissingID
+)
+
+// String returns the policy's name in ON_MISSING_ID: "forward" or "reject".
+func (p MissingIDPolicy) String() string {
+	if p == RejectMissingID {
+		return "reject"
+	}
+	return "forward"
+}
+
+// UnmarshalText parses "forward" or "reject".
+func (p *MissingIDPolicy) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "forward":
+		*p = ForwardMissingID
+	case "reject":
+		*p = RejectMissingID
+	default:
+		return fmt.Errorf("must be forward or reject, got %q", text)
+	}
+	return nil
+}
