@@ -13,9 +13,8 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
-// finishTimeout bounds a store call that must not depend on the sender
-// still being there: taking a claim (the store may take it just as the
-// sender leaves) and completing or releasing one.
+// finishTimeout bounds completing or releasing a claim, which must not
+// depend on the sender still being there.
 const finishTimeout = 5 * time.Second
 
 // A Lease is this process's hold on one claimed event, from its claim until
@@ -57,13 +56,16 @@ type leases struct {
 }
 
 // claim claims key for this process. It returns the lease when the claim is
-// ours, or else the record that holds the key. The store call outlives the
-// sender (for at most finishTimeout): a claim the store takes just as the
-// sender leaves comes back as a lease, for the caller to release, instead
-// of sitting out its lease time unseen.
+// ours, or else the record that holds the key.
+//
+// ctx must not be the sender's: a claim call the sender's hang-up cut short
+// may still have been carried out by the store (a SET NX already sent),
+// and its claim would then sit out its lease time unseen. On a context
+// that outlives the sender, the claim comes back as a lease, for the
+// caller to release. The proxy passes the Handler's own context, which
+// only Abandon cancels; the call is bounded by the store's own limit on
+// each operation (see Store).
 func (ls *leases) claim(ctx context.Context, key string, ttl time.Duration, bodyKey string) (*Lease, dedup.Record, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
 	start := time.Now()
 	c, rec, err := ls.store.Claim(ctx, key, ls.lease)
 	ls.m.observeStore(opClaim, start, err)

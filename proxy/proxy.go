@@ -18,6 +18,9 @@ import (
 )
 
 // Store is what the proxy needs of a dedup store (dedup.Redis, dedup.Memory).
+// Each call must return within a bounded time whatever its context
+// (dedup.Redis bounds every command by its Timeout): the proxy claims on a
+// context that the sender hanging up does not cancel.
 type Store interface {
 	Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error)
 	Complete(ctx context.Context, c dedup.Claim, res dedup.Result, ttl time.Duration) error

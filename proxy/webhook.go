@@ -74,9 +74,11 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 		if buf != nil {
 			defer h.pool.put(buf)
 		}
-		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-			return h.answer(w, wh.id, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES", err)
-		} else if err != nil {
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				return h.answer(w, wh.id, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES", err)
+			}
 			return h.answer(w, wh.id, http.StatusBadRequest, outcomeBadRequest, "could not read the body", err)
 		}
 		wh.setBody(r, buf.Bytes())
@@ -133,7 +135,7 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 		waitUntil = time.Now().Add(h.cfg.InflightWait)
 	}
 	for {
-		l, rec, err := h.leases.claim(ctx, wh.key, wh.ext.TTL, wh.bodyKey)
+		l, rec, err := h.leases.claim(h.abandon, wh.key, wh.ext.TTL, wh.bodyKey)
 		switch {
 		case ctx.Err() != nil:
 			// The sender left while the store was claiming: nothing was
