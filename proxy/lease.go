@@ -154,6 +154,7 @@ func (ls *leases) rememberBody(ctx context.Context, key string, res dedup.Result
 		return // already recorded by another delivery, or the store failed
 	}
 	start = time.Now()
+	res.FullFingerprint = false // its key holds the whole one
 	err = ls.store.Complete(ctx, c, res, ttl)
 	ls.m.observeStore(opComplete, start, err)
 }
@@ -174,7 +175,9 @@ func (h *Handler) settle(resp *http.Response) error {
 		_ = f.lease.Release(ctx) // its error is in the lease, for the log line
 		return nil
 	}
-	res := dedup.Result{Status: resp.StatusCode, Fingerprint: f.fingerprint()}
+	// The body's own record (rememberBody) is found by the whole
+	// fingerprint, and the admin API's forget finds it from this one's.
+	res := dedup.Result{Status: resp.StatusCode, Fingerprint: f.fingerprint(), FullFingerprint: h.cfg.BodyFingerprint}
 	if h.cfg.ReplayResponse {
 		res.ContentType, res.Body, resp.Body = keepForReplay(resp, h.cfg.ReplayMaxBytes)
 	}

@@ -69,19 +69,16 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 // handleWebhook is the whole path of a webhook: read what must be read,
 // verify, find the ID, then claim and forward it or answer it.
 func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webhook) result {
+	if res, refused := h.dropsCheckedHeader(w, r, wh); refused {
+		return res
+	}
 	if wh.ext.NeedsBody || h.cfg.BodyFingerprint {
 		buf, err := h.readBody(w, r)
-		if buf != nil {
-			defer h.pool.put(buf)
-		}
+		defer h.putBody(buf)
 		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				return h.answer(w, wh.id, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES", err)
-			}
-			return h.answer(w, wh.id, http.StatusBadRequest, outcomeBadRequest, "could not read the body", err)
+			return h.bodyRefused(w, wh, err)
 		}
-		wh.setBody(r, buf.Bytes())
+		wh.setBody(r, buf.bytes())
 	} else if 0 < r.ContentLength && r.ContentLength <= maxArrivedBody {
 		buf := h.pool.get()
 		defer h.pool.put(buf)
