@@ -55,6 +55,11 @@ type Config struct {
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
 
+	// Amazon DynamoDB (validated by completeDynamoDB).
+	DynamoDBTable string `env:"DYNAMODB_TABLE" desc:"Amazon DynamoDB table of the records (string partition key pk, TTL attribute expires_at; webhook-dedup migrate creates it), instead of REDIS_URL; region, credentials and endpoint from the AWS SDK's environment (AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB, …); sync delivery only"`
+
+	StoreTimeout time.Duration `env:"STORE_TIMEOUT" desc:"limit on each store operation, retries included; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less (for Redis, REDIS_TIMEOUT wins where set)"`
+
 	DedupTTL        time.Duration `env:"DEDUP_TTL" desc:"lifetime of completed records on every route; empty: each preset's own (generic sources: 72h)"`
 	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
 	LeaseTTL        time.Duration `env:"LEASE_TTL" desc:"lifetime of an in-flight claim; must exceed UPSTREAM_TIMEOUT; empty: UPSTREAM_TIMEOUT + 15s"`
@@ -151,7 +156,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
 	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
 	c.Store = c.chooseStore(bad)
+	c.completeStoreTimeout(bad)
 	c.completeRedis(bad)
+	c.completeDynamoDB(bad)
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
 	}
@@ -333,7 +340,7 @@ func Variables() []Variable {
 func WriteUsage(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
-	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | inspect NAMESPACE ID | forget NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate | inspect NAMESPACE ID | forget NAMESPACE ID | version]")
 	fmt.Fprintln(tw, "Configured by environment variables:")
 	fmt.Fprintln(tw)
 	for _, v := range Variables() {
@@ -459,10 +466,8 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 	// app: the store must answer far sooner than the app may take.
 	limit := c.UpstreamTimeout / 4
 	switch {
-	case c.RedisTimeout == 0 && limit > 0:
-		c.RedisTimeout = min(time.Second, limit)
 	case c.RedisTimeout == 0:
-		c.RedisTimeout = time.Second // UPSTREAM_TIMEOUT is wrong, and said so
+		c.RedisTimeout = c.StoreTimeout
 	case c.RedisTimeout < 0:
 		bad("REDIS_TIMEOUT", "must be a positive duration, got %s", c.RedisTimeout)
 	case limit > 0 && c.RedisTimeout > limit:
