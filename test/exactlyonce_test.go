@@ -29,16 +29,18 @@ const (
 func TestExactlyOnceRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
-	exactlyOnceRun(t, "redis", srv.URL())
+	exactlyOnceRun(t, "redis", map[string]string{"REDIS_URL": srv.URL()})
 }
 
 // TestExactlyOnceEmbedded is the same run on the embedded store.
 func TestExactlyOnceEmbedded(t *testing.T) {
 	t.Parallel()
-	exactlyOnceRun(t, "embedded", "")
+	exactlyOnceRun(t, "embedded", nil)
 }
 
-func exactlyOnceRun(t *testing.T, store, redisURL string) {
+// exactlyOnceRun runs the exactly-once run on the store that storeEnv
+// configures (nil: the embedded one).
+func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string) {
 	app := newUpstream(t)
 	app.FailWhen(func(k string, attempt int) bool { return seeded(runSeed, runFailOneIn, k, attempt) })
 	// A few milliseconds of work, so that concurrent copies overlap.
@@ -48,10 +50,12 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 	env := map[string]string{
 		"UPSTREAM_URL":     app.URL,
 		"ROUTES":           routes(allProviders...),
-		"REDIS_URL":        redisURL,
 		"UPSTREAM_TIMEOUT": "10s",
 	}
 	for k, v := range signedSecrets {
+		env[k] = v
+	}
+	for k, v := range storeEnv {
 		env[k] = v
 	}
 	px := startProxy(t, env)
