@@ -66,7 +66,7 @@ func storeCommand(ctx context.Context, cmd string, args []string, environ map[st
 		return usageError(fmt.Errorf("configuration:\n%w", err))
 	}
 	if cfg.Store.Kind == config.StoreMemory {
-		return usageError(errors.New("REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS): required: the embedded store lives inside the serving process, out of reach of this command"))
+		return usageError(errors.New("REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS, DYNAMODB_TABLE): required: the embedded store lives inside the serving process, out of reach of this command"))
 	}
 	st, err := openStore(cfg, zap.NewNop())
 	if err != nil {
