@@ -185,7 +185,7 @@ func TestOpenDynamoDBNeedsRegion(t *testing.T) {
 // write: the claim is still won, the completion still done.
 func TestDynamoDBLostAnswerRetried(t *testing.T) {
 	srv := dynamotest.New(t)
-	s, _ := openDynamoDB(t, srv, "lossy")
+	openDynamoDB(t, srv, "lossy") // creates the table
 	// From now on the first answer to each PutItem is replaced by a 500,
 	// after dynalite acted on it.
 	target, _ := url.Parse(srv.Endpoint)
