@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -180,31 +181,45 @@ func TestOpenDynamoDBNeedsRegion(t *testing.T) {
 	}
 }
 
+// faultyEndpoint puts a proxy in front of srv whose answers to the
+// operation op (PutItem, GetItem, …) fail replaces with an error of type
+// errType and status, after dynalite acted on the request, and points the
+// AWS SDK's environment at it. It counts the requests for op.
+func faultyEndpoint(t *testing.T, srv *dynamotest.Server, op string, fail func(n int64) bool, status int, errType string) *atomic.Int64 {
+	t.Helper()
+	target, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count atomic.Int64
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if !strings.HasSuffix(resp.Request.Header.Get("X-Amz-Target"), "."+op) || !fail(count.Add(1)) {
+			return nil
+		}
+		resp.Body.Close()
+		resp.StatusCode, resp.Status = status, fmt.Sprintf("%d %s", status, http.StatusText(status))
+		resp.Body = io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#` + errType + `","message":"injected"}`))
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+		resp.Header.Del("X-Amz-Crc32") // the checksum of dynalite's answer
+		return nil
+	}
+	front := httptest.NewServer(rp)
+	t.Cleanup(front.Close)
+	(&dynamotest.Server{Endpoint: front.URL}).Setenv(t)
+	return &count
+}
+
 // When the SDK retries a write whose first attempt succeeded but whose
 // answer was lost, the retry's failed condition finds the caller's own
 // write: the claim is still won, the completion still done.
 func TestDynamoDBLostAnswerRetried(t *testing.T) {
 	srv := dynamotest.New(t)
 	openDynamoDB(t, srv, "lossy") // creates the table
-	// From now on the first answer to each PutItem is replaced by a 500,
-	// after dynalite acted on it.
-	target, _ := url.Parse(srv.Endpoint)
-	var puts atomic.Int64
-	lossy := httputil.NewSingleHostReverseProxy(target)
-	lossy.ModifyResponse = func(resp *http.Response) error {
-		if strings.HasSuffix(resp.Request.Header.Get("X-Amz-Target"), ".PutItem") && puts.Add(1)%2 == 1 {
-			resp.Body.Close()
-			resp.StatusCode, resp.Status = http.StatusInternalServerError, "500 Internal Server Error"
-			resp.Body = io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"lost"}`))
-			resp.ContentLength = -1
-			resp.Header.Del("Content-Length")
-			resp.Header.Del("X-Amz-Crc32")
-		}
-		return nil
-	}
-	proxy := httptest.NewServer(lossy)
-	t.Cleanup(proxy.Close)
-	(&dynamotest.Server{Endpoint: proxy.URL}).Setenv(t)
+	// The first answer to each PutItem is lost (a 500 instead).
+	odd := func(n int64) bool { return n%2 == 1 }
+	puts := faultyEndpoint(t, srv, "PutItem", odd, http.StatusInternalServerError, "InternalServerError")
 	s, _, err := OpenDynamoDB(context.Background(), DynamoDBConfig{Table: "lossy", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -218,5 +233,26 @@ func TestDynamoDBLostAnswerRetried(t *testing.T) {
 	}
 	if rec := mustLookup(t, s, "k"); rec.State != Completed {
 		t.Errorf("state %v, want completed", rec.State)
+	}
+}
+
+// Throttling is retried by the SDK within the timeout, and then is a
+// store error: never a lost claim, never a claim won.
+func TestDynamoDBThrottled(t *testing.T) {
+	srv := dynamotest.New(t)
+	openDynamoDB(t, srv, "throttled") // creates the table
+	always := func(int64) bool { return true }
+	puts := faultyEndpoint(t, srv, "PutItem", always, http.StatusBadRequest, "ThrottlingException")
+	s, _, err := OpenDynamoDB(context.Background(), DynamoDBConfig{Table: "throttled", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, rec, err := s.Claim(context.Background(), "k", lease)
+	var throttled *types.ThrottlingException
+	if !errors.As(err, &throttled) || c != (Claim{}) || rec.State != Absent {
+		t.Errorf("Claim while throttled = %+v, %v, %v; want a ThrottlingException and no claim", c, rec.State, err)
+	}
+	if n := puts.Load(); n < 2 {
+		t.Errorf("%d PutItem requests: the SDK did not retry the throttled claim", n)
 	}
 }
