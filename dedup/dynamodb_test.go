@@ -3,7 +3,6 @@ package dedup
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -181,11 +180,11 @@ func TestOpenDynamoDBNeedsRegion(t *testing.T) {
 	}
 }
 
-// faultyEndpoint puts a proxy in front of srv whose answers to the
-// operation op (PutItem, GetItem, …) fail replaces with an error of type
-// errType and status, after dynalite acted on the request, and points the
-// AWS SDK's environment at it. It counts the requests for op.
-func faultyEndpoint(t *testing.T, srv *dynamotest.Server, op string, fail func(n int64) bool, status int, errType string) *atomic.Int64 {
+// lossyEndpoint puts a proxy in front of srv that replaces the answers to
+// PutItem for which lose says so (given the request's number, from 1) by
+// a 500, after dynalite acted on the request, and points the AWS SDK's
+// environment at it. It counts the PutItem requests.
+func lossyEndpoint(t *testing.T, srv *dynamotest.Server, lose func(n int64) bool) *atomic.Int64 {
 	t.Helper()
 	target, err := url.Parse(srv.Endpoint)
 	if err != nil {
@@ -194,12 +193,12 @@ func faultyEndpoint(t *testing.T, srv *dynamotest.Server, op string, fail func(n
 	var count atomic.Int64
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ModifyResponse = func(resp *http.Response) error {
-		if !strings.HasSuffix(resp.Request.Header.Get("X-Amz-Target"), "."+op) || !fail(count.Add(1)) {
+		if !strings.HasSuffix(resp.Request.Header.Get("X-Amz-Target"), ".PutItem") || !lose(count.Add(1)) {
 			return nil
 		}
 		resp.Body.Close()
-		resp.StatusCode, resp.Status = status, fmt.Sprintf("%d %s", status, http.StatusText(status))
-		resp.Body = io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#` + errType + `","message":"injected"}`))
+		resp.StatusCode, resp.Status = http.StatusInternalServerError, "500 Internal Server Error"
+		resp.Body = io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}`))
 		resp.ContentLength = -1
 		resp.Header.Del("Content-Length")
 		resp.Header.Del("X-Amz-Crc32") // the checksum of dynalite's answer
@@ -219,7 +218,7 @@ func TestDynamoDBLostAnswerRetried(t *testing.T) {
 	openDynamoDB(t, srv, "lossy") // creates the table
 	// The first answer to each PutItem is lost (a 500 instead).
 	odd := func(n int64) bool { return n%2 == 1 }
-	puts := faultyEndpoint(t, srv, "PutItem", odd, http.StatusInternalServerError, "InternalServerError")
+	puts := lossyEndpoint(t, srv, odd)
 	s, _, err := OpenDynamoDB(context.Background(), DynamoDBConfig{Table: "lossy", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -237,12 +236,18 @@ func TestDynamoDBLostAnswerRetried(t *testing.T) {
 }
 
 // Throttling is retried by the SDK within the timeout, and then is a
-// store error: never a lost claim, never a claim won.
+// store error: never a lost claim, never a claim won. The endpoint
+// throttles every request, so nothing is ever written.
 func TestDynamoDBThrottled(t *testing.T) {
-	srv := dynamotest.New(t)
-	openDynamoDB(t, srv, "throttled") // creates the table
-	always := func(int64) bool { return true }
-	puts := faultyEndpoint(t, srv, "PutItem", always, http.StatusBadRequest, "ThrottlingException")
+	var requests atomic.Int64
+	throttling := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`)
+	}))
+	t.Cleanup(throttling.Close)
+	(&dynamotest.Server{Endpoint: throttling.URL}).Setenv(t)
 	s, _, err := OpenDynamoDB(context.Background(), DynamoDBConfig{Table: "throttled", Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +257,7 @@ func TestDynamoDBThrottled(t *testing.T) {
 	if !errors.As(err, &throttled) || c != (Claim{}) || rec.State != Absent {
 		t.Errorf("Claim while throttled = %+v, %v, %v; want a ThrottlingException and no claim", c, rec.State, err)
 	}
-	if n := puts.Load(); n < 2 {
-		t.Errorf("%d PutItem requests: the SDK did not retry the throttled claim", n)
+	if n := requests.Load(); n < 2 {
+		t.Errorf("%d requests: the SDK did not retry the throttled claim", n)
 	}
 }
