@@ -261,3 +261,28 @@ func TestDynamoDBThrottled(t *testing.T) {
 		t.Errorf("%d requests: the SDK did not retry the throttled claim", n)
 	}
 }
+
+// FuzzDecodeItem: any item read back, whatever wrote it, decodes to a
+// record or an error, never a panic; a live record has time left.
+func FuzzDecodeItem(f *testing.F) {
+	f.Add(encodeCompleted(replayed, 1700000000000), "1700000060000")
+	f.Add(encodeInFlight([tokenLen]byte{1}, 1700000000000), "1700000000001")
+	f.Add([]byte{}, "")
+	f.Add([]byte{0x02}, "-1")
+	f.Add([]byte{0x01}, "1e400")
+	now := time.UnixMilli(1700000000000)
+	f.Fuzz(func(t *testing.T, value []byte, expires string) {
+		item := map[string]types.AttributeValue{
+			attrKey:       &types.AttributeValueMemberS{Value: "k"},
+			attrRecord:    &types.AttributeValueMemberB{Value: value},
+			attrExpiresMS: &types.AttributeValueMemberN{Value: expires},
+		}
+		rec, live, err := decodeItem(item, now)
+		if err != nil && live {
+			t.Fatalf("decodeItem = %+v, live, %v: live with an error", rec, err)
+		}
+		if live && rec.TTL <= 0 {
+			t.Fatalf("live record with TTL %s", rec.TTL)
+		}
+	})
+}
