@@ -187,7 +187,7 @@ func (s *DynamoDB) Complete(ctx context.Context, c Claim, res Result, ttl time.D
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	now := time.Now()
-	value := encodeCompleted(res, now.UnixMilli())
+	value := encodeCompleted(res, now.Unix())
 	old, err := s.put(ctx, s.item(c.Key, value, now, ttl), ownerCondition, ownerValues(tok, now))
 	if err == nil {
 		return nil
@@ -201,7 +201,7 @@ func (s *DynamoDB) Complete(ctx context.Context, c Claim, res Result, ttl time.D
 		}
 	}
 	if b, ok := old[attrRecord].(*types.AttributeValueMemberB); ok && bytes.Equal(b.Value, value) {
-		// The value holds the completion time in milliseconds: finding
+		// The value holds the completion time (in seconds): finding
 		// exactly it means the SDK retried a write whose first attempt
 		// succeeded but whose answer was lost.
 		return nil
