@@ -325,6 +325,8 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:
 		return openRedis(cfg, log)
+	case config.StoreDynamoDB:
+		return openDynamoDB(cfg, log)
 	default:
 		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
