@@ -771,3 +771,31 @@ func TestHostileSlowHeaders(t *testing.T) {
 	}
 	f.expectUntouched(t, "slow headers")
 }
+
+// TestRefusedWebhookLogsTargetedID: a webhook refused before its ID was
+// claimed (here a forged signature) is logged with the ID its headers
+// carry, so an operator sees which event a forger targeted.
+func TestRefusedWebhookLogsTargetedID(t *testing.T) {
+	f := newHostile(t, "/gh=github,/stripe=stripe", providers.Options{Secrets: map[string][]string{"github": {"s"}, "stripe": {"whsec_s"}}}, proxy.Config{})
+	h := http.Header{"X-Github-Delivery": {"evt-forged"}, "X-Github-Event": {"push"}, "X-Hub-Signature-256": {"sha256=00"}}
+	if r := f.post(t, "/gh", h, "{}"); r.status != http.StatusUnauthorized {
+		t.Fatalf("forged GitHub webhook: %v, want 401", r)
+	}
+	f.nextOutcome(t)
+	// Stripe's ID is in the body, which is not read for the log line.
+	if r := f.post(t, "/stripe", http.Header{"Stripe-Signature": {"t=1,v1=00"}}, `{"id":"evt_body"}`); r.status != http.StatusUnauthorized {
+		t.Fatalf("forged Stripe webhook: %v, want 401", r)
+	}
+	f.nextOutcome(t)
+	want := map[string]string{"/gh": "evt-forged", "/stripe": ""}
+	for _, e := range f.logs.FilterMessage("webhook").All() {
+		route := e.ContextMap()["route"].(string)
+		if got := e.ContextMap()["event_id"]; got != want[route] {
+			t.Errorf("route %s: logged event_id %q, want %q", route, got, want[route])
+		}
+		delete(want, route)
+	}
+	if len(want) > 0 {
+		t.Errorf("no log line for %v", want)
+	}
+}

@@ -24,13 +24,14 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook, res result) {
 	if ce == nil {
 		return
 	}
+	id := loggedID(r, wh)
 	buf := h.logFields.get()
 	defer h.logFields.put(buf)
 	fields := append(*buf,
 		zap.String("route", wh.route.Path),
 		zap.String("namespace", wh.ext.Namespace),
-		zap.String("event_id", wh.id),
-		zap.String("request_id", requestID(r, wh)),
+		zap.String("event_id", id),
+		zap.String("request_id", requestID(r, id)),
 		zap.String("outcome", res.outcome),
 		zap.Int("status", res.status),
 		zap.Duration("duration", time.Since(wh.start)),
@@ -66,6 +67,22 @@ func logLevel(res result) zapcore.Level {
 	return zap.InfoLevel
 }
 
+// loggedID is the event ID the log line names: the one claimed for or, for
+// a webhook refused before its ID was taken (a bad signature, a body too
+// large, a Connection header naming the ID), the ID its headers carry, so
+// an operator sees which event a forger targeted. The body is not read
+// for it: by now it may be back in its pool.
+func loggedID(r *http.Request, wh *webhook) string {
+	if wh.id != "" {
+		return wh.id
+	}
+	id, err := wh.ext.EventID(r.Header, nil)
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
 // maxRequestIDLen bounds what a sender's X-Request-Id puts in a log line.
 const maxRequestIDLen = 128
 
@@ -73,11 +90,11 @@ const maxRequestIDLen = 128
 // with the app's: an X-Request-Id set by the sender or an ingress, else the
 // event ID, which for most presets is the provider's delivery ID
 // (X-GitHub-Delivery, X-Shopify-Webhook-Id, webhook-id).
-func requestID(r *http.Request, wh *webhook) string {
+func requestID(r *http.Request, eventID string) string {
 	if id := r.Header.Get("X-Request-Id"); id != "" {
 		return id[:min(len(id), maxRequestIDLen)]
 	}
-	return wh.id
+	return eventID
 }
 
 // fieldPool recycles the fields of the per-webhook log line, about half a
