@@ -60,10 +60,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return serve(ctx, environ, stderr)
 	case "healthcheck":
 		return healthcheck(ctx, environ, stdout)
+	case "migrate":
+		return migrate(ctx, args, environ, stdout, stderr)
 	case "inspect", "forget":
 		return storeCommand(ctx, cmd, args, environ, stdout)
-	case "migrate":
-		return migrate(ctx, args, environ, stdout)
 	default:
 		_ = writeUsage(stderr)
 		return usageError(fmt.Errorf("unknown command %q", cmd))

@@ -11,10 +11,11 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
-// migrate creates the configured store's tables (`webhook-dedup migrate`),
-// or prints the SQL it would run (`migrate --print`, for DBAs who apply
-// migrations themselves; the database is not contacted).
-func migrate(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
+// migrate creates what the configured store needs before serving (a
+// table, or PostgreSQL's tables), for an operator or an init container.
+// `migrate --print` prints PostgreSQL's SQL instead, for DBAs who apply
+// migrations themselves; the database is not contacted.
+func migrate(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
 	printOnly := false
 	switch {
 	case len(args) == 1 && args[0] == "--print":
@@ -29,8 +30,13 @@ func migrate(ctx context.Context, args []string, environ map[string]string, stdo
 	switch cfg.Store.Kind {
 	case config.StorePostgres:
 		return migratePostgres(ctx, cfg, printOnly, stdout)
+	case config.StoreDynamoDB:
+		if printOnly {
+			return usageError(errors.New("migrate --print: DATABASE_URL: required: only PostgreSQL's tables are made of SQL to print"))
+		}
+		return migrateDynamoDB(ctx, cfg, stdout, stderr)
 	default:
-		return usageError(errors.New("DATABASE_URL: required: migrate creates the tables of a PostgreSQL store (Redis and the embedded store need none)"))
+		return usageError(fmt.Errorf("migrate: DATABASE_URL or DYNAMODB_TABLE: required: the %s store has no table to create", cfg.Store.Kind))
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -72,7 +73,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	handler := proxy.New(proxy.Config{
+	handler, err := proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Routes:          routes,
 		Store:           st,
@@ -92,6 +93,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		Logger:          log,
 		Metrics:         proxy.NewMetrics(reg),
 	})
+	if err != nil {
+		return err
+	}
 	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
 	if cfg.ReadyCheckUpstream {
 		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
@@ -106,26 +110,6 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		defer active.Done()
 		handler.ServeHTTP(w, r)
 	})
-	// A bound on writing the answer: the upstream's time, any in-flight
-	// wait and the body read, with room to spare.
-	writeTimeout := cfg.UpstreamTimeout + cfg.InflightWait + cfg.ReadTimeout + 10*time.Second
-	public := &http.Server{
-		Handler:           tracked,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
-		ErrorLog:          zap.NewStdLog(log.Named("http")),
-	}
-	private := &http.Server{
-		Handler:           adm,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       cfg.IdleTimeout,
-		ErrorLog:          zap.NewStdLog(log.Named("admin-http")),
-	}
 	publicLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
@@ -143,42 +127,88 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("store", string(cfg.Store.Kind)),
 		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", version))
 
-	g, gctx := errgroup.WithContext(ctx)
-	if monitor != nil {
-		g.Go(func() error { monitor.Run(gctx); return nil })
+	srv := &servers{
+		public: server.Public(cfg, tracked, log), publicLn: publicLn,
+		admin: server.Admin(cfg, adm, log), adminLn: privateLn,
+		unready: adm.Drain, abandon: handler.Abandon, active: &active,
+		delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout, log: log,
 	}
-	g.Go(func() error { return serveUntilClosed(public, publicLn) })
-	g.Go(func() error { return serveUntilClosed(private, privateLn) })
-	g.Go(func() error {
-		<-gctx.Done()
-		if ctx.Err() == nil {
-			return nil // a server failed; errgroup reports it
-		}
-		log.Info("shutting down", zap.Duration("delay", cfg.ShutdownDelay), zap.Duration("timeout", cfg.ShutdownTimeout))
-		adm.Drain()
-		if cfg.ShutdownDelay > 0 {
-			// Keep serving while the endpoint is removed from load balancers.
-			t := time.NewTimer(cfg.ShutdownDelay)
-			<-t.C
-		}
-		drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		if err := public.Shutdown(drainCtx); err != nil {
-			log.Warn("drain timed out: abandoning requests still in progress and releasing their claims", zap.Error(err))
-			handler.Abandon()
-			waitTimeout(&active, 10*time.Second)
-			public.Close()
-		}
-		closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
-		defer cancelClose()
-		_ = private.Shutdown(closeCtx)
-		return nil
-	})
-	if err := g.Wait(); err != nil {
+	if monitor != nil {
+		srv.background = monitor.Run
+	}
+	if err := srv.run(ctx); err != nil {
 		return err
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// servers are the public and admin servers of one process, and what
+// draining them needs.
+type servers struct {
+	public, admin     *http.Server
+	publicLn, adminLn net.Listener
+	// unready turns /readyz to 503.
+	unready func()
+	// abandon makes the requests still in progress give up and release
+	// their claims (proxy.Handler.Abandon); active counts those requests.
+	abandon func()
+	active  *sync.WaitGroup
+	// delay is SHUTDOWN_DELAY, timeout SHUTDOWN_TIMEOUT.
+	delay, timeout time.Duration
+	log            *zap.Logger
+	// background, if not nil, runs beside the servers until they stop
+	// (the Redis monitor).
+	background func(context.Context)
+}
+
+// run serves until ctx is cancelled (SIGTERM), then drains as SPEC.md's
+// "Shutdown" says. If a server fails first, both are drained at once
+// (without SHUTDOWN_DELAY) and its error is returned: the other must stop
+// too, or Wait would wait for it forever.
+func (s *servers) run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	if s.background != nil {
+		g.Go(func() error { s.background(gctx); return nil })
+	}
+	g.Go(func() error { return serveUntilClosed(s.public, s.publicLn) })
+	g.Go(func() error { return serveUntilClosed(s.admin, s.adminLn) })
+	g.Go(func() error {
+		<-gctx.Done()
+		delay := s.delay
+		if ctx.Err() == nil {
+			s.log.Error("a server failed: shutting down")
+			delay = 0
+		} else {
+			s.log.Info("shutting down", zap.Duration("delay", s.delay), zap.Duration("timeout", s.timeout))
+		}
+		s.drain(delay)
+		return nil
+	})
+	return g.Wait()
+}
+
+// drain stops both servers: readiness turns 503 at once, the public server
+// keeps serving for delay (while load balancers remove the endpoint), then
+// lets its requests finish for at most the shutdown timeout, after which
+// it abandons them (their claims are released) and closes.
+func (s *servers) drain(delay time.Duration) {
+	s.unready()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		<-t.C
+	}
+	drainCtx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.public.Shutdown(drainCtx); err != nil {
+		s.log.Warn("drain timed out: abandoning requests still in progress and releasing their claims", zap.Error(err))
+		s.abandon()
+		waitTimeout(s.active, 10*time.Second)
+		s.public.Close()
+	}
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
+	defer cancelClose()
+	_ = s.admin.Shutdown(closeCtx)
 }
 
 func serveUntilClosed(s *http.Server, ln net.Listener) error {
@@ -309,6 +339,8 @@ func openChosenStore(cfg *config.Config, log *zap.Logger, reg prometheus.Registe
 	switch cfg.Store.Kind {
 	case config.StoreRedis:
 		return openRedis(cfg, log)
+	case config.StoreDynamoDB:
+		return openDynamoDB(cfg, log)
 	case config.StorePostgres:
 		return openPostgres(cfg, log, reg)
 	case config.StoreDisk:
@@ -319,7 +351,7 @@ func openChosenStore(cfg *config.Config, log *zap.Logger, reg prometheus.Registe
 		log.Info("store: embedded, on disk", zap.String("file", filepath.Join(cfg.DataDir, dedup.DiskFile)))
 		return st, nil
 	default:
-		log.Warn("no store configured (DATA_DIR, REDIS_URL, REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS or DATABASE_URL): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		log.Warn("no store configured (DATA_DIR, REDIS_URL, REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS, DYNAMODB_TABLE or DATABASE_URL): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
 }

@@ -6,8 +6,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
-// completePostgres validates the PostgreSQL settings, the cache's and
-// STORE_TIMEOUT. The table prefix is checked even when another store is
+// completePostgres validates the PostgreSQL settings and the cache's. The table prefix is checked even when another store is
 // chosen: a typo should not wait for the day the store changes.
 func (c *Config) completePostgres(bad func(name, format string, args ...any)) {
 	if c.DatabaseURL != "" {
@@ -28,8 +27,5 @@ func (c *Config) completePostgres(bad func(name, format string, args ...any)) {
 	}
 	if c.CacheTTL <= 0 {
 		bad("CACHE_TTL", "must be a positive duration, got %s", c.CacheTTL)
-	}
-	if c.StoreTimeout <= 0 {
-		bad("STORE_TIMEOUT", "must be a positive duration, got %s", c.StoreTimeout)
 	}
 }

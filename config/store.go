@@ -1,6 +1,10 @@
 package config
 
-import "os"
+import (
+	"fmt"
+	"os"
+	"time"
+)
 
 // StoreKind names the store that keeps the records.
 type StoreKind string
@@ -11,11 +15,39 @@ const (
 	StoreMemory StoreKind = "memory"
 	// StoreRedis is Redis, reached in the way Store.RedisMode says.
 	StoreRedis StoreKind = "redis"
-	// StorePostgres is PostgreSQL: DATABASE_URL.
-	StorePostgres StoreKind = "postgres"
+	// StoreDynamoDB is an Amazon DynamoDB table: DYNAMODB_TABLE.
+	StoreDynamoDB StoreKind = "dynamodb"
 	// StoreDisk is the embedded store in a file under DATA_DIR.
 	StoreDisk StoreKind = "disk"
+	// StorePostgres is PostgreSQL: DATABASE_URL.
+	StorePostgres StoreKind = "postgres"
 )
+
+// SupportsAsync reports whether the store can hold the async delivery
+// queue. The in-memory store would lose it with the process; DynamoDB
+// offers sync delivery only (a queue there needs transactions and scans
+// this store is not built on).
+func (k StoreKind) SupportsAsync() bool {
+	switch k {
+	case StoreMemory, StoreDynamoDB:
+		return false
+	}
+	return true
+}
+
+// AsyncError is the configuration error for async delivery asked (by
+// variable: DELIVERY, or ROUTES for a route's ;async) of a store that
+// does not support it; nil when it does.
+func (s Store) AsyncError(variable string) error {
+	if s.Kind.SupportsAsync() {
+		return nil
+	}
+	store := "the embedded in-memory store (no store configured)"
+	if s.Variable != "" {
+		store = s.Variable
+	}
+	return fmt.Errorf("%s: async delivery needs a store that keeps its queue: DATA_DIR, REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS) or DATABASE_URL; %s supports sync delivery only", variable, store)
+}
 
 // RedisMode is how Redis is reached.
 type RedisMode string
@@ -52,8 +84,9 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_URL", RedisStandalone}, c.RedisURL != ""},
 		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
-		{Store{Kind: StorePostgres, Variable: "DATABASE_URL"}, c.DatabaseURL != ""},
+		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, c.DynamoDBTable != ""},
 		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
+		{Store{Kind: StorePostgres, Variable: "DATABASE_URL"}, c.DatabaseURL != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {
@@ -73,6 +106,23 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		}
 	}
 	return chosen[0]
+}
+
+// completeStoreTimeout derives STORE_TIMEOUT. Every forwarded request waits
+// for the store before and after the app: the store must answer far
+// sooner than the app may take.
+func (c *Config) completeStoreTimeout(bad func(name, format string, args ...any)) {
+	limit := c.UpstreamTimeout / 4
+	switch {
+	case c.StoreTimeout == 0 && limit > 0:
+		c.StoreTimeout = min(time.Second, limit)
+	case c.StoreTimeout == 0:
+		c.StoreTimeout = time.Second // UPSTREAM_TIMEOUT is wrong, and said so
+	case c.StoreTimeout < 0:
+		bad("STORE_TIMEOUT", "must be a positive duration, got %s", c.StoreTimeout)
+	case limit > 0 && c.StoreTimeout > limit:
+		bad("STORE_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.StoreTimeout, c.UpstreamTimeout)
+	}
 }
 
 // writableDir makes sure dir is a directory this process can create files

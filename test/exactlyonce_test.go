@@ -29,17 +29,19 @@ const (
 func TestExactlyOnceRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
-	exactlyOnceRun(t, "redis", map[string]string{"REDIS_URL": srv.URL()})
+	exactlyOnceRun(t, "redis", map[string]string{"REDIS_URL": srv.URL()}, runConcurrent)
 }
 
 // TestExactlyOnceEmbedded is the same run on the embedded store.
 func TestExactlyOnceEmbedded(t *testing.T) {
 	t.Parallel()
-	exactlyOnceRun(t, "embedded", nil)
+	exactlyOnceRun(t, "embedded", nil, runConcurrent)
 }
 
-// exactlyOnceRun runs it on the store storeEnv configures.
-func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string) {
+// exactlyOnceRun runs the exactly-once run on the store that storeEnv
+// configures (nil: the embedded one), with concurrent events in flight at
+// once.
+func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, concurrent int) {
 	app := newUpstream(t)
 	app.FailWhen(func(k string, attempt int) bool { return seeded(runSeed, runFailOneIn, k, attempt) })
 	// A few milliseconds of work, so that concurrent copies overlap.
@@ -51,10 +53,11 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string) {
 		"ROUTES":           routes(allProviders...),
 		"UPSTREAM_TIMEOUT": "10s",
 	}
-	for _, vars := range []map[string]string{signedSecrets, storeEnv} {
-		for k, v := range vars {
-			env[k] = v
-		}
+	for k, v := range signedSecrets {
+		env[k] = v
+	}
+	for k, v := range storeEnv {
+		env[k] = v
 	}
 	px := startProxy(t, env)
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
@@ -82,7 +85,7 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string) {
 		failed []string
 		okBy   = map[string]int{} // the X-Webhook-Dedup of each copy's final 2xx
 	)
-	slots := make(chan struct{}, runConcurrent)
+	slots := make(chan struct{}, concurrent)
 	for _, d := range deliveries {
 		slots <- struct{}{}
 		var copiesDone sync.WaitGroup

@@ -19,7 +19,7 @@ var postgres pgtest.Shared
 // TestExactlyOncePostgres is the exactly-once run on PostgreSQL.
 func TestExactlyOncePostgres(t *testing.T) {
 	t.Parallel()
-	exactlyOnceRun(t, "postgres", map[string]string{"DATABASE_URL": postgres.Get(t).NewDatabase(t)})
+	exactlyOnceRun(t, "postgres", map[string]string{"DATABASE_URL": postgres.Get(t).NewDatabase(t)}, runConcurrent)
 }
 
 // TestPostgresOutageAndRecovery: PostgreSQL stopped, 503 and nothing
