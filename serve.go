@@ -305,11 +305,7 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // reachable yet does not: the store refuses claims until the owner check
 // passes.
 func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
-	inner := dedup.Cacheable(st)
-	if u, ok := st.(interface{ Unwrap() dedup.Cacheable }); ok {
-		inner = u.Unwrap() // CACHE_SIZE
-	}
-	rs, ok := inner.(*dedup.Redis)
+	rs, ok := behindCache(st).(*dedup.Redis)
 	if !ok {
 		return nil, nil
 	}

@@ -91,3 +91,12 @@ type queueStore interface {
 	store
 	dedup.Queue
 }
+
+// behindCache is the store CACHE_SIZE put the cache in front of, or st,
+// for what only the store itself offers (the Redis monitor).
+func behindCache(st store) dedup.Cacheable {
+	if u, ok := st.(interface{ Unwrap() dedup.Cacheable }); ok {
+		return u.Unwrap()
+	}
+	return st
+}
