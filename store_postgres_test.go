@@ -33,4 +33,13 @@ func TestCacheKeepsQueue(t *testing.T) {
 	if _, ok := st.(*dedup.CachedQueue); !ok {
 		t.Errorf("PostgreSQL, cached, is a %T, want the cache in front of the queue too", st)
 	}
+	rs, err := dedup.OpenRedis(dedup.RedisConfig{URL: "redis://" + loopback(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = withCache(cfg, rs, zap.NewNop(), prometheus.NewRegistry())
+	defer st.Close()
+	if behindCache(st) != dedup.Cacheable(rs) {
+		t.Errorf("behind the cache: %T, want the Redis store (its monitor)", behindCache(st))
+	}
 }
