@@ -20,6 +20,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/delivery"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -59,10 +60,24 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	handler := proxy.New(proxy.Config{
+	var handler *proxy.Handler
+	queue, workers, err := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration) {
+		return handler.Settlement(r)
+	})
+	if err != nil {
+		return usageError(err)
+	}
+	enqueued := func() {}
+	if workers != nil {
+		enqueued = workers.Nudge
+	}
+	handler = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Routes:          routes,
 		Store:           st,
+		Queue:           queue,
+		AsyncStatus:     cfg.AsyncStatus,
+		Enqueued:        enqueued,
 		KeyPrefix:       cfg.KeyPrefix,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		LeaseTTL:        cfg.LeaseTTL,
@@ -124,6 +139,12 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveUntilClosed(public, publicLn) })
 	g.Go(func() error { return serveUntilClosed(private, privateLn) })
+	if workers != nil {
+		// On SIGTERM (or a server failing) the workers stop taking at once
+		// and finish their running attempts within SHUTDOWN_TIMEOUT, while
+		// the listener drains; the store closes after both.
+		g.Go(func() error { return workers.Run(gctx) })
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		if ctx.Err() == nil {
@@ -189,7 +210,7 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 		for _, name := range src.PresetNames() {
 			used[name] = true
 		}
-		routes = append(routes, proxy.Route{Path: spec.Path, Source: src})
+		routes = append(routes, proxy.Route{Path: spec.Path, Source: src, Delivery: spec.Delivery})
 	}
 	for _, p := range providers.Presets() {
 		if len(cfg.Secrets[p.Name]) > 0 && !used[p.Name] {
@@ -197,6 +218,49 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 		}
 	}
 	return routes, errors.Join(errs...)
+}
+
+// asyncDelivery sets up the background delivery of async routes: the
+// store's queue, the workers and their metrics. Without async routes it
+// returns nils.
+func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log *zap.Logger,
+	settlement func(*http.Request) (string, time.Duration)) (dedup.Queue, *delivery.Workers, error) {
+	if !cfg.AsyncRoutes() {
+		return nil, nil, nil
+	}
+	queue, ok := st.(dedup.Queue)
+	if !ok {
+		// config.checkAsyncStore lets only stores that keep a queue through.
+		return nil, nil, fmt.Errorf("DELIVERY: async delivery needs a store that keeps a queue; the %s store keeps none", cfg.Store.Kind)
+	}
+	dlog := log.Named("delivery")
+	workers := delivery.New(delivery.Config{
+		Queue:           queue,
+		Upstream:        cfg.Upstream,
+		Transport:       proxy.NewTransport(),
+		Settlement:      settlement,
+		DefaultTTL:      cfg.DedupTTL,
+		Concurrency:     cfg.DeliveryConcurrency,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		Lease:           cfg.LeaseTTL,
+		InitialInterval: cfg.RetryInitialInterval,
+		MaxInterval:     cfg.RetryMaxInterval,
+		MaxAttempts:     cfg.RetryMaxAttempts,
+		MaxAge:          cfg.RetryMaxAge,
+		DeadLetterTTL:   cfg.DeadLetterTTL,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          dlog,
+		Metrics:         delivery.NewMetrics(reg, queue, dlog),
+	})
+	var async []string
+	for _, r := range cfg.RouteSpecs {
+		if r.Delivery == proxy.AsyncDelivery {
+			async = append(async, r.Path)
+		}
+	}
+	log.Info("async delivery", zap.Strings("routes", async), zap.Int("concurrency", cfg.DeliveryConcurrency),
+		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
+	return queue, workers, nil
 }
 
 // openStore opens the store config chose (config.Store): the one place

@@ -1,5 +1,11 @@
 package config
 
+import (
+	"strings"
+
+	"github.com/webhook-dedup/webhook-dedup/proxy"
+)
+
 // StoreKind names the store that keeps the records.
 type StoreKind string
 
@@ -10,6 +16,13 @@ const (
 	// StoreRedis is Redis, reached in the way Store.RedisMode says.
 	StoreRedis StoreKind = "redis"
 )
+
+// SupportsAsync reports whether the store can keep an accepted event's
+// request durably until it is delivered: every store but the in-memory
+// one, which would lose its queue with the process.
+func (k StoreKind) SupportsAsync() bool {
+	return k != StoreMemory
+}
 
 // RedisMode is how Redis is reached.
 type RedisMode string
@@ -60,4 +73,20 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		bad(other.Variable, "set together with %s: configure exactly one store", chosen[0].Variable)
 	}
 	return chosen[0]
+}
+
+// checkAsyncStore refuses async delivery on a store that cannot keep it:
+// the sender would have been told 202 for an event lost at the next
+// restart. A route's ";async" is held to the same rule as DELIVERY=async.
+func (c *Config) checkAsyncStore(bad func(name, format string, args ...any)) {
+	if !c.AsyncRoutes() || c.Store.Kind.SupportsAsync() {
+		return
+	}
+	var routes []string
+	for _, r := range c.RouteSpecs {
+		if r.Delivery == proxy.AsyncDelivery {
+			routes = append(routes, r.Path)
+		}
+	}
+	bad("DELIVERY", "async delivery (routes %s) needs a durable store, and the in-memory store would lose every accepted event with the process: set DATA_DIR (the embedded store on disk) or REDIS_URL, or deliver sync", strings.Join(routes, ", "))
 }

@@ -26,6 +26,12 @@ type Store interface {
 	Lookup(ctx context.Context, key string) (dedup.Record, error)
 }
 
+// Queue is what an async route needs of a store: claim the event and keep
+// its request for background delivery, in one step (dedup.Queue).
+type Queue interface {
+	Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error)
+}
+
 // Config configures a Handler. Zero values are documented per field.
 type Config struct {
 	// Upstream is the app's base URL. Required.
@@ -34,6 +40,16 @@ type Config struct {
 	Routes []Route
 	// Store keeps the claims. Required.
 	Store Store
+	// Queue keeps the webhooks of async routes. Required when a route is
+	// async; the Store and the Queue are then the same store.
+	Queue Queue
+	// AsyncStatus is the answer to a webhook queued for background
+	// delivery. If zero, 202.
+	AsyncStatus int
+	// Enqueued is called after a webhook was queued, so that this
+	// process's delivery workers take it at once rather than at their next
+	// poll. If nil, nothing is called.
+	Enqueued func()
 	// KeyPrefix starts every store key.
 	KeyPrefix string
 	// UpstreamTimeout bounds each forwarded request. If zero, 30s.
@@ -107,6 +123,12 @@ func New(cfg Config) *Handler {
 	if cfg.InflightStatus == 0 {
 		cfg.InflightStatus = http.StatusConflict
 	}
+	if cfg.AsyncStatus == 0 {
+		cfg.AsyncStatus = http.StatusAccepted
+	}
+	if cfg.Enqueued == nil {
+		cfg.Enqueued = func() {}
+	}
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
 	}
@@ -118,17 +140,10 @@ func New(cfg Config) *Handler {
 	}
 	h := &Handler{cfg: cfg, routes: newRouteTable(cfg.Routes), log: cfg.Logger, m: cfg.Metrics}
 	h.abandon, h.stop = context.WithCancel(context.Background())
-	upstream := cfg.Upstream
+	rewrite := Rewrite(cfg.Upstream)
 	h.reverse = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			// The upstream sees the Host the sender used (apps that verify
-			// signed URLs depend on it) and keeps an ingress's X-Forwarded-For chain.
-			pr.Out.Host = pr.In.Host
-			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
-				pr.Out.Header["X-Forwarded-For"] = xff
-			}
-			pr.SetXForwarded()
+			rewrite(pr)
 			if b, ok := pr.In.Body.(*replayBody); ok && pr.Out.Body != nil {
 				pr.Out.Body = b.forUpstream()
 			}
@@ -145,6 +160,24 @@ func New(cfg Config) *Handler {
 		ErrorLog:   zap.NewStdLog(cfg.Logger.Named("reverseproxy")),
 	}
 	return h
+}
+
+// Rewrite is the httputil.ReverseProxy Rewrite hook that turns a received
+// webhook into the upstream's request: the same method, path, query,
+// headers and body, the Host the sender used (apps that verify signed URLs
+// depend on it), an ingress's X-Forwarded-For chain kept and extended, and
+// X-Forwarded-Host and -Proto as received. Sync routes and the background
+// delivery of async routes both forward through it, so the app cannot tell
+// them apart.
+func Rewrite(upstream *url.URL) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
+		pr.SetURL(upstream)
+		pr.Out.Host = pr.In.Host
+		if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
+			pr.Out.Header["X-Forwarded-For"] = xff
+		}
+		pr.SetXForwarded()
+	}
 }
 
 // NewTransport returns the upstream transport: a clone of

@@ -13,6 +13,9 @@ type Route struct {
 	// and "/hooks/x", not "/hooksx". "/" matches every path.
 	Path   string
 	Source *providers.Source
+	// Delivery is how the route's first-seen webhooks reach the app. If
+	// zero, SyncDelivery.
+	Delivery DeliveryMode
 }
 
 // routeTable finds the longest matching prefix. Routes are few, so a sorted

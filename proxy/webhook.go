@@ -52,7 +52,8 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 	wh := &webhook{route: route, ext: ext, start: time.Now()}
 	defer h.logWebhook(r, wh)
 
-	if ext.NeedsBody || h.cfg.BodyFingerprint {
+	// An async route keeps the whole body for its background delivery.
+	if ext.NeedsBody || h.cfg.BodyFingerprint || route.Delivery == AsyncDelivery {
 		buf, err := h.readBody(w, r)
 		if buf != nil {
 			defer h.pool.put(buf)
@@ -110,6 +111,10 @@ func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Ro
 	wh.key = dedup.EventKey(h.cfg.KeyPrefix, ext.Namespace, id)
 
 	if h.cfg.BodyFingerprint && h.seenBody(w, r, wh) {
+		return
+	}
+	if route.Delivery == AsyncDelivery {
+		h.accept(w, r, wh)
 		return
 	}
 	h.claimAndForward(w, r, wh)
