@@ -93,7 +93,11 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		Logger:          log,
 		Metrics:         proxy.NewMetrics(reg),
 	})
-	adm := admin.New(admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")})
+	admCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
+	if queue != nil {
+		admCfg.DeadLetters = queue
+	}
+	adm := admin.New(admCfg)
 
 	// Requests are tracked so that, when draining runs out of time, the
 	// handlers still running get to release their claims before exit.
