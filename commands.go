@@ -8,8 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
@@ -27,20 +31,13 @@ func printVersion(w io.Writer) error {
 // healthcheck asks the local admin port's /readyz, for container health
 // checks in images that have no curl. Exit 0 when ready, 1 otherwise.
 func healthcheck(ctx context.Context, environ map[string]string, stdout io.Writer) error {
-	addr := environ["ADMIN_ADDR"]
-	if addr == "" {
-		addr = ":9090"
-	}
-	host, port, err := net.SplitHostPort(addr)
+	base, err := adminURL(environ)
 	if err != nil {
-		return usageError(fmt.Errorf("ADMIN_ADDR: %w", err))
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
+		return usageError(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 	if err != nil {
 		return err
 	}
@@ -56,83 +53,129 @@ func healthcheck(ctx context.Context, environ map[string]string, stdout io.Write
 	return err
 }
 
-// storeCommand runs inspect or forget straight against the configured store.
+// adminURL is the base URL of this pod's admin port, from ADMIN_ADDR: a
+// wildcard host (":9090") is reached on loopback.
+func adminURL(environ map[string]string) (string, error) {
+	addr := environ["ADMIN_ADDR"]
+	if addr == "" {
+		addr = ":9090"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("ADMIN_ADDR: %w", err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// storeCommand runs inspect or forget. With ADMIN_TOKEN set it asks the
+// running proxy's admin API, which works whatever the store (the embedded
+// one included) and clears that proxy's cache on a forget; otherwise it
+// goes straight to the configured shared store.
 func storeCommand(ctx context.Context, cmd string, args []string, environ map[string]string, stdout io.Writer) error {
 	if len(args) != 2 {
 		return usageError(fmt.Errorf("usage: webhook-dedup %s NAMESPACE ID", cmd))
 	}
-	cfg, st, err := openStoreForCommand(environ)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	key := dedup.EventKey(cfg.KeyPrefix, args[0], args[1])
+	if environ["ADMIN_TOKEN"] != "" {
+		return adminCommand(ctx, cmd, args[0], args[1], environ, stdout)
+	}
+	cfg, err := config.LoadForStore(environ)
+	if err != nil {
+		return usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	if cfg.Store.Kind == config.StoreMemory {
+		return usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API, since the embedded store lives inside that process; or configure the shared store (REDIS_URL, …) to reach it directly"))
+	}
+	// The one line that says the store is unreachable is this command's
+	// error; go-redis's own log of each failed dial would bury it.
+	redis.SetLogger(newRedisLogger(zap.NewNop()))
+	st, err := openStore(cfg, zap.NewNop())
+	if err != nil {
+		return usageError(err)
+	}
+	defer st.Close()
+	ns, id := args[0], args[1]
 	if cmd == "forget" {
-		existed, err := admin.Forget(ctx, st, cfg.KeyPrefix, args[0], args[1])
+		existed, err := admin.Forget(ctx, st, cfg.KeyPrefix, ns, id)
 		if err != nil {
 			return err
 		}
 		if !existed {
-			return fmt.Errorf("no record for %s %s", args[0], args[1])
+			return fmt.Errorf("no record for %s %s", ns, id)
 		}
-		_, err = fmt.Fprintf(stdout, "forgot %s %s\n", args[0], args[1])
+		_, err = fmt.Fprintf(stdout, "forgot %s %s\n", ns, id)
 		return err
 	}
-	rec, err := st.Lookup(ctx, key)
+	rec, err := st.Lookup(ctx, dedup.EventKey(cfg.KeyPrefix, ns, id))
 	if errors.Is(err, dedup.ErrNotFound) {
-		return fmt.Errorf("no record for %s %s", args[0], args[1])
+		return fmt.Errorf("no record for %s %s", ns, id)
 	}
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"namespace": args[0], "id": args[1], "state": rec.State.String(), "ttl_seconds": rec.TTL.Seconds()}
-	if rec.State == dedup.Completed {
-		out["status"] = rec.Result.Status
-	}
-	if !rec.Since.IsZero() {
-		out["age_seconds"] = time.Since(rec.Since).Seconds()
-	}
-	if d := rec.Delivery; d.Attempts > 0 || rec.State == dedup.Queued || rec.State == dedup.Delivering || rec.State == dedup.Failed {
-		out["attempts"] = d.Attempts
-		if d.LastStatus != 0 {
-			out["last_status"] = d.LastStatus
-		}
-		if d.LastError != "" {
-			out["last_error"] = d.LastError
-		}
-		if rec.State == dedup.Queued && !d.NextAttemptAt.IsZero() {
-			out["next_attempt_at"] = d.NextAttemptAt.UTC().Format(time.RFC3339)
-		}
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return json.NewEncoder(stdout).Encode(admin.NewEvent(ns, id, rec, time.Now()))
 }
 
-// openStoreForCommand opens the configured store for a command that works
-// on it from outside the serving process.
-func openStoreForCommand(environ map[string]string) (*config.Config, store, error) {
+// adminCommand runs inspect or forget through the admin API at ADMIN_ADDR.
+func adminCommand(ctx context.Context, cmd, ns, id string, environ map[string]string, stdout io.Writer) error {
+	base, err := adminURL(environ)
+	if err != nil {
+		return usageError(err)
+	}
+	method := http.MethodGet
+	if cmd == "forget" {
+		method = http.MethodDelete
+	}
+	u := base + "/v1/events/" + url.PathEscape(ns) + "/" + url.PathEscape(id)
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+environ["ADMIN_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin API at %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("admin API at %s: %w", base, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), "no record"):
+		return fmt.Errorf("no record for %s %s", ns, id)
+	case resp.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("admin API at %s: not enabled there (the proxy has no ADMIN_TOKEN)", base)
+	case resp.StatusCode == http.StatusUnauthorized:
+		return usageError(errors.New("ADMIN_TOKEN: the admin API refused it"))
+	case resp.StatusCode >= 300:
+		return fmt.Errorf("admin API at %s answered %s: %s", base, resp.Status, strings.TrimSpace(string(body)))
+	case cmd == "forget":
+		_, err = fmt.Fprintf(stdout, "forgot %s %s\n", ns, id)
+	default:
+		_, err = stdout.Write(body)
+	}
+	return err
+}
+
+// openQueueForCommand opens the configured shared store's async queue, for
+// the dead-letter commands run without ADMIN_TOKEN.
+func openQueueForCommand(environ map[string]string) (*config.Config, dedup.Queue, func() error, error) {
 	cfg, err := config.LoadForStore(environ)
 	if err != nil {
-		return nil, nil, usageError(fmt.Errorf("configuration:\n%w", err))
+		return nil, nil, nil, usageError(fmt.Errorf("configuration:\n%w", err))
 	}
 	if cfg.Store.Kind == config.StoreMemory {
-		return nil, nil, usageError(errors.New("REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS): required: the embedded store lives inside the serving process, out of reach of this command"))
+		return nil, nil, nil, usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API; or configure the shared store (REDIS_URL, …) to reach it directly"))
 	}
+	redis.SetLogger(newRedisLogger(zap.NewNop()))
 	st, err := openStore(cfg, zap.NewNop())
 	if err != nil {
-		return nil, nil, usageError(err)
-	}
-	return cfg, st, nil
-}
-
-// openQueueForCommand opens the configured store's async queue.
-func openQueueForCommand(environ map[string]string) (*config.Config, dedup.Queue, func() error, error) {
-	cfg, st, err := openStoreForCommand(environ)
-	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, usageError(err)
 	}
 	q, ok := st.(dedup.Queue)
 	if !ok {
@@ -142,22 +185,38 @@ func openQueueForCommand(environ map[string]string) (*config.Config, dedup.Queue
 	return cfg, q, st.Close, nil
 }
 
-// deadLettersCommand prints every dead letter, as GET /v1/dead-letters
-// lists them, in one JSON document.
+// deadLettersCommand prints every dead letter in one JSON document, as
+// GET /v1/dead-letters lists them a page at a time. With ADMIN_TOKEN set
+// it asks the running proxy's admin API.
 func deadLettersCommand(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
 	if len(args) != 0 {
 		return usageError(errors.New("usage: webhook-dedup dead-letters"))
 	}
-	cfg, q, closeStore, err := openQueueForCommand(environ)
-	if err != nil {
-		return err
+	var next func(ctx context.Context, cursor string) (admin.DeadLetterPage, error)
+	if environ["ADMIN_TOKEN"] != "" {
+		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
+			var page admin.DeadLetterPage
+			body, err := adminRequest(ctx, http.MethodGet, "/v1/dead-letters?limit=1000&cursor="+url.QueryEscape(cursor), environ)
+			if err == nil {
+				err = json.Unmarshal(body, &page)
+			}
+			return page, err
+		}
+	} else {
+		cfg, q, closeStore, err := openQueueForCommand(environ)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
+			return admin.ListDeadLetters(ctx, q, cfg.KeyPrefix, cursor, 1000)
+		}
 	}
-	defer closeStore()
 	all := admin.DeadLetterPage{DeadLetters: []admin.DeadLetter{}}
 	cursor := ""
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		page, err := admin.ListDeadLetters(pctx, q, cfg.KeyPrefix, cursor, 1000)
+		page, err := next(pctx, cursor)
 		cancel()
 		if err != nil {
 			return err
@@ -172,28 +231,72 @@ func deadLettersCommand(ctx context.Context, args []string, environ map[string]s
 	return enc.Encode(all)
 }
 
-// retryCommand puts a dead letter back in the queue, as POST
-// /v1/events/{namespace}/{id}/retry does.
+// retryCommand puts a dead letter back in the queue as a new first
+// attempt, as POST /v1/events/{namespace}/{id}/retry does (which it calls
+// when ADMIN_TOKEN is set).
 func retryCommand(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
 	if len(args) != 2 {
 		return usageError(errors.New("usage: webhook-dedup retry NAMESPACE ID"))
 	}
-	cfg, q, closeStore, err := openQueueForCommand(environ)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+	ns, id := args[0], args[1]
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = q.Requeue(ctx, dedup.EventKey(cfg.KeyPrefix, args[0], args[1]))
+	var err error
+	if environ["ADMIN_TOKEN"] != "" {
+		_, err = adminRequest(ctx, http.MethodPost, "/v1/events/"+url.PathEscape(ns)+"/"+url.PathEscape(id)+"/retry", environ)
+	} else {
+		cfg, q, closeStore, oerr := openQueueForCommand(environ)
+		if oerr != nil {
+			return oerr
+		}
+		defer closeStore()
+		err = q.Requeue(ctx, dedup.EventKey(cfg.KeyPrefix, ns, id))
+	}
 	switch {
 	case errors.Is(err, dedup.ErrNotFound):
-		return fmt.Errorf("no record for %s %s", args[0], args[1])
+		return fmt.Errorf("no record for %s %s", ns, id)
 	case errors.Is(err, dedup.ErrNotFailed):
-		return fmt.Errorf("%s %s is not dead-lettered (it is queued, being delivered or completed)", args[0], args[1])
+		return fmt.Errorf("%s %s is not dead-lettered (it is queued, being delivered or completed)", ns, id)
 	case err != nil:
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "queued %s %s again\n", args[0], args[1])
+	_, err = fmt.Fprintf(stdout, "queued %s %s again\n", ns, id)
 	return err
+}
+
+// adminRequest calls the running proxy's admin API at ADMIN_ADDR with
+// ADMIN_TOKEN and returns the body of a 2xx answer. A 404 "no record" and
+// a 409 come back as dedup.ErrNotFound and dedup.ErrNotFailed.
+func adminRequest(ctx context.Context, method, path string, environ map[string]string) ([]byte, error) {
+	base, err := adminURL(environ)
+	if err != nil {
+		return nil, usageError(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+environ["ADMIN_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin API at %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("admin API at %s: %w", base, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), "no record"):
+		return nil, dedup.ErrNotFound
+	case resp.StatusCode == http.StatusConflict:
+		return nil, dedup.ErrNotFailed
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("admin API at %s: %s", base, strings.TrimSpace(string(body)))
+	case resp.StatusCode == http.StatusUnauthorized:
+		return nil, usageError(errors.New("ADMIN_TOKEN: the admin API refused it"))
+	case resp.StatusCode >= 300:
+		return nil, fmt.Errorf("admin API at %s answered %s: %s", base, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
 }

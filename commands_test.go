@@ -9,12 +9,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
@@ -221,6 +226,25 @@ func TestInspectAndForget(t *testing.T) {
 		t.Errorf("inspect of a completed record: %v; want state completed, status 202, ttl_seconds ≤ 3600", doc)
 	}
 
+	// One rendering: inspect prints what the admin API answers.
+	api := httptest.NewServer(admin.New(admin.Config{Store: st, Gatherer: prometheus.NewRegistry(), Token: "t", KeyPrefix: prefix}))
+	t.Cleanup(api.Close)
+	req, _ := http.NewRequest(http.MethodGet, api.URL+"/v1/events/stripe/evt_1", nil)
+	req.Header.Set("Authorization", "Bearer t")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromAPI, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fromCLI, err := runCommand(env, "inspect", "stripe", "evt_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, c := withoutClock(t, fromAPI), withoutClock(t, []byte(fromCLI)); a != c {
+		t.Errorf("inspect printed\n%s\nthe admin API answered\n%s", fromCLI, fromAPI)
+	}
+
 	for _, tc := range []struct{ ns, id, key string }{
 		{"/hooks/acme", "acme-1", prefix + "/hooks/acme:acme-1"},
 		{"stripe", "evt_1", prefix + "stripe:evt_1"},
@@ -244,6 +268,19 @@ func TestInspectAndForget(t *testing.T) {
 	if _, err := runCommand(env, "inspect", "stripe", "evt_1"); exitCode(err) != 1 {
 		t.Errorf("inspect with Redis down: %v, want exit status 1", err)
 	}
+}
+
+// withoutClock is a JSON event with its ages replaced by "T", keys in their
+// order, after checking that the ages are rounded to the millisecond.
+func withoutClock(t *testing.T, doc []byte) string {
+	t.Helper()
+	clock := regexp.MustCompile(`"(age|ttl)_seconds":([0-9.]+)`)
+	for _, m := range clock.FindAllSubmatch(doc, -1) {
+		if _, frac, ok := strings.Cut(string(m[2]), "."); ok && len(frac) > 3 {
+			t.Errorf("%s_seconds %s: want milliseconds at most", m[1], m[2])
+		}
+	}
+	return clock.ReplaceAllString(string(doc), `"${1}_seconds":T`)
 }
 
 func between(v any, lo, hi float64) bool {
@@ -270,5 +307,110 @@ func TestStoreCommandUsage(t *testing.T) {
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want exit status 2 with %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestInspectAndForgetThroughAdminAPI: with ADMIN_TOKEN, inspect and
+// forget reach the running proxy's admin API, so they work on the
+// embedded store, which no other process can reach.
+func TestInspectAndForgetThroughAdminAPI(t *testing.T) {
+	var mu sync.Mutex
+	effects := 0
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		effects++
+		mu.Unlock()
+	}))
+	t.Cleanup(app.Close)
+	listen, adminAddr := loopback(t), loopback(t)
+	env := map[string]string{"UPSTREAM_URL": app.URL, "LISTEN_ADDR": listen, "ADMIN_ADDR": adminAddr, "ADMIN_TOKEN": "s3cret"}
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncBuffer{}
+	served := make(chan error, 1)
+	go func() { served <- run(ctx, nil, env, io.Discard, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+		if t.Failed() {
+			t.Logf("serve's logs:\n%s", logs)
+		}
+	})
+	deliver := func() string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+listen+"/", strings.NewReader("{}"))
+			req.Header.Set("X-GitHub-Delivery", "d-1")
+			req.Header.Set("X-GitHub-Event", "push")
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				return resp.Header.Get("X-Webhook-Dedup")
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy does not answer: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond) // polling for the listener
+		}
+	}
+	if got := deliver(); got != "forwarded" {
+		t.Fatalf("first delivery: %q, want forwarded", got)
+	}
+	cli := map[string]string{"ADMIN_ADDR": adminAddr, "ADMIN_TOKEN": "s3cret"}
+	out, err := runCommand(cli, "inspect", "github", "d-1")
+	if err != nil || !strings.Contains(out, `"state":"completed"`) {
+		t.Fatalf("inspect through the admin API: %q, %v", out, err)
+	}
+	if out, err := runCommand(cli, "forget", "github", "d-1"); err != nil || !strings.Contains(out, "forgot") {
+		t.Fatalf("forget through the admin API: %q, %v", out, err)
+	}
+	if _, err := runCommand(cli, "inspect", "github", "d-1"); exitCode(err) != 1 || !strings.Contains(err.Error(), "no record") {
+		t.Errorf("inspect after forget: %v, want exit 1 saying there is no record", err)
+	}
+	if got := deliver(); got != "forwarded" {
+		t.Errorf("delivery after forget: %q, want forwarded again", got)
+	}
+	bad := map[string]string{"ADMIN_ADDR": adminAddr, "ADMIN_TOKEN": "wrong"}
+	if _, err := runCommand(bad, "inspect", "github", "d-1"); exitCode(err) != 2 || !strings.Contains(err.Error(), "ADMIN_TOKEN") {
+		t.Errorf("inspect with a wrong token: %v, want exit 2 naming ADMIN_TOKEN", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if effects != 2 {
+		t.Errorf("the app saw %d deliveries, want 2 (once, and once after forget)", effects)
+	}
+}
+
+// TestReadyCheckUpstream: with READY_CHECK_UPSTREAM's check, /readyz
+// follows the app (any HTTP answer, a 404 too, counts as up); without it,
+// the store alone.
+func TestReadyCheckUpstream(t *testing.T) {
+	app := httptest.NewServer(http.NotFoundHandler())
+	appURL, _ := url.Parse(app.URL)
+	mem := dedup.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	checked := httptest.NewServer(admin.New(admin.Config{Store: mem, Gatherer: prometheus.NewRegistry(), Upstream: upstreamAnswers(appURL)}))
+	t.Cleanup(checked.Close)
+	plain := httptest.NewServer(admin.New(admin.Config{Store: mem, Gatherer: prometheus.NewRegistry()}))
+	t.Cleanup(plain.Close)
+	ready := func(srv *httptest.Server) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := ready(checked); code != http.StatusOK {
+		t.Errorf("app up (answering 404): /readyz %d %s, want 200", code, body)
+	}
+	app.Close()
+	if code, body := ready(checked); code != http.StatusServiceUnavailable || !strings.Contains(body, "upstream unavailable") {
+		t.Errorf("app down: /readyz %d %s, want 503 upstream unavailable", code, body)
+	}
+	if code, body := ready(plain); code != http.StatusOK {
+		t.Errorf("app down, check off: /readyz %d %s, want 200", code, body)
 	}
 }

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
 )
@@ -101,5 +104,27 @@ func TestVersion(t *testing.T) {
 	}
 	if !strings.HasPrefix(out.String(), "webhook-dedup dev (commit unknown, go") {
 		t.Fatalf("version printed %q", out.String())
+	}
+}
+
+func TestDescribeRoutes(t *testing.T) {
+	cfg, err := config.Load(map[string]string{
+		"UPSTREAM_URL": "http://127.0.0.1:3000", "GITHUB_WEBHOOK_SECRET": "s",
+		"ROUTES": "/gh=github,/stripe=stripe,/acme=header:X-Acme-Id",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := buildRoutes(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"/gh=github (signatures verified: github)",
+		"/stripe=stripe (signatures not verified)",
+		"/acme=header:X-Acme-Id (signatures not verified)",
+	}
+	if got := describeRoutes(cfg, routes); !slices.Equal(got, want) {
+		t.Errorf("describeRoutes = %q\nwant %q", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return usageError(err)
 	}
 	defer func() { _ = stopLog() }()
+	for _, u := range config.UnknownVariables(environ) {
+		log.Warn("unknown variable, ignored: is it misspelt?", zap.String("variable", u.Name), zap.String("did_you_mean", u.Suggestion))
+	}
 	// go-redis logs through a process-wide logger; route it through zap.
 	redis.SetLogger(newRedisLogger(log))
 
@@ -93,11 +97,14 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		Logger:          log,
 		Metrics:         proxy.NewMetrics(reg),
 	})
-	admCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
-	if queue != nil {
-		admCfg.DeadLetters = queue
+	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
+	if cfg.ReadyCheckUpstream {
+		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
 	}
-	adm := admin.New(admCfg)
+	if queue != nil {
+		adminCfg.DeadLetters = queue
+	}
+	adm := admin.New(adminCfg)
 
 	// Requests are tracked so that, when draining runs out of time, the
 	// handlers still running get to release their claims before exit.
@@ -138,7 +145,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	}
 	log.Info("serving",
 		zap.String("listen", publicLn.Addr().String()), zap.String("admin", privateLn.Addr().String()),
-		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("version", version))
+		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("store", string(cfg.Store.Kind)),
+		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", version))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveUntilClosed(public, publicLn) })
@@ -269,6 +277,51 @@ func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log 
 
 // openStore opens the store config chose (config.Store): the one place
 // that turns that choice into a running store.
+// upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
+// request at its base URL. Any answer counts, a 404 too: the question is
+// whether the app is up, not whether it serves that path.
+func upstreamAnswers(upstream *url.URL) func(ctx context.Context) error {
+	client := &http.Client{
+		Transport: proxy.NewTransport(),
+		// A redirect is an answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream.String(), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return resp.Body.Close()
+	}
+}
+
+// describeRoutes says, a line per route, what the start-up log shows of
+// it: its path and source, and which of its presets verify signatures.
+func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		var verified []string
+		for _, name := range r.Source.PresetNames() {
+			if len(cfg.Secrets[name]) > 0 {
+				verified = append(verified, name)
+			}
+		}
+		line := r.Path + "=" + cfg.RouteSpecs[i].Source
+		if len(verified) > 0 {
+			line += " (signatures verified: " + strings.Join(verified, ", ") + ")"
+		} else {
+			line += " (signatures not verified)"
+		}
+		out[i] = line
+	}
+	return out
+}
+
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:

@@ -51,6 +51,9 @@ type Config struct {
 	KeyPrefix string
 	// Logger logs admin actions. If nil, nothing is logged.
 	Logger *zap.Logger
+	// Upstream, if not nil, is checked by /readyz after the store: an
+	// error makes it answer 503. Nil: readiness follows the store alone.
+	Upstream func(ctx context.Context) error
 }
 
 // pingTimeout bounds /readyz's store check, so that an outage shows within
@@ -106,6 +109,13 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if err := s.cfg.Store.Ping(ctx); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
 		return
+	}
+	if s.cfg.Upstream != nil {
+		if err := s.cfg.Upstream(ctx); err != nil {
+			s.cfg.Logger.Warn("readiness: the upstream does not answer", zap.Error(err))
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "upstream unavailable"})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
@@ -186,7 +196,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}
-	ev := Event{Namespace: ns, ID: id, State: rec.State.String(), TTLSeconds: rec.TTL.Seconds()}
+	writeJSON(w, http.StatusOK, NewEvent(ns, id, rec, time.Now()))
+}
+
+// NewEvent is rec as the events API shows it, at time now. The inspect
+// command prints the same rendering.
+func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
+	ev := Event{Namespace: namespace, ID: id, State: rec.State.String(), TTLSeconds: seconds(rec.TTL)}
 	if rec.State == dedup.Completed {
 		ev.Status = rec.Result.Status
 		if fp := rec.Result.Fingerprint; fp != ([32]byte{}) {
@@ -194,7 +210,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !rec.Since.IsZero() {
-		ev.AgeSeconds = time.Since(rec.Since).Seconds()
+		ev.AgeSeconds = seconds(now.Sub(rec.Since))
 	}
 	if d := rec.Delivery; async(rec.State) || d.Attempts > 0 {
 		ev.Attempts, ev.LastStatus, ev.LastError = d.Attempts, d.LastStatus, d.LastError
@@ -202,8 +218,11 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 			ev.NextAttemptAt = d.NextAttemptAt.UTC().Format(time.RFC3339)
 		}
 	}
-	writeJSON(w, http.StatusOK, ev)
+	return ev
 }
+
+// seconds is d in seconds, to the millisecond: finer is noise to a reader.
+func seconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
 
 // retry puts a dead-lettered event back in the queue as a new first attempt.
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {

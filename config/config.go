@@ -90,6 +90,8 @@ type Config struct {
 	ShutdownDelay   time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s" desc:"keep serving this long after SIGTERM (while endpoints are removed)"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" desc:"then drain in-flight requests for at most this long"`
 
+	ReadyCheckUpstream bool `env:"READY_CHECK_UPSTREAM" envDefault:"false" desc:"/readyz also answers 503 while the app does not answer HTTP (off: readiness follows the store; the app's own probe covers the app)"`
+
 	AdminToken string `env:"ADMIN_TOKEN" desc:"bearer token for the admin API; empty disables it"`
 	LogLevel   string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat  string `env:"LOG_FORMAT" envDefault:"json" desc:"json or console"`
@@ -133,21 +135,29 @@ func LoadForStore(environ map[string]string) (*Config, error) {
 func load(environ map[string]string, needUpstream bool) (*Config, error) {
 	var cfg Config
 	var errs []error
+	unparsed := map[string]bool{}
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
-		errs = append(errs, namedParseErrors(err)...)
+		for _, e := range namedParseErrors(err) {
+			errs = append(errs, e.err)
+			unparsed[e.variable] = true
+		}
 	}
-	errs = append(errs, cfg.complete(environ, needUpstream)...)
+	errs = append(errs, cfg.complete(environ, needUpstream, unparsed)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return &cfg, nil
 }
 
-// complete validates the parsed fields and fills in the derived ones.
-func (c *Config) complete(environ map[string]string, needUpstream bool) []error {
+// complete validates the parsed fields and fills in the derived ones. A
+// variable in unparsed already has its error: its zero value is not
+// reported again.
+func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed map[string]bool) []error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+		if !unparsed[name] {
+			errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+		}
 	}
 
 	if c.UpstreamURL == "" && needUpstream {
@@ -229,6 +239,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 
 	c.Secrets = map[string][]string{}
 	c.URLs = map[string]string{}
+
 	for _, p := range providers.Presets() {
 		if p.SecretVar != "" {
 			if secrets := splitList(environ[p.SecretVar]); len(secrets) > 0 {
@@ -243,6 +254,14 @@ func (c *Config) complete(environ map[string]string, needUpstream bool) []error 
 					c.URLs[p.Name] = v
 				}
 			}
+		}
+	}
+	// Each source is built once here only to validate it (an unknown
+	// preset, a malformed secret), so that its problems are reported with
+	// all the others; serving builds it again.
+	for _, spec := range c.RouteSpecs {
+		if _, err := providers.ParseSource(spec.Path, spec.Source, c.ProviderOptions()); err != nil {
+			bad("ROUTES", "%s=%s: %v", spec.Path, spec.Source, err)
 		}
 	}
 	return errs
@@ -350,24 +369,31 @@ func splitList(s string) []string {
 	return out
 }
 
+// parseError is a value caarlos0/env could not parse, and its variable.
+type parseError struct {
+	variable string
+	err      error
+}
+
 // namedParseErrors rewrites caarlos0/env's errors, which name struct fields,
 // so that each names the environment variable instead.
-func namedParseErrors(err error) []error {
+func namedParseErrors(err error) []parseError {
 	var agg env.AggregateError
 	if !errors.As(err, &agg) {
-		return []error{err}
+		return []parseError{{err: err}}
 	}
 	t := reflect.TypeOf(Config{})
-	var out []error
+	var out []parseError
 	for _, e := range agg.Errors {
 		var pe env.ParseError
 		if errors.As(e, &pe) {
 			if f, ok := t.FieldByName(pe.Name); ok {
-				out = append(out, fmt.Errorf("%s: %w", f.Tag.Get("env"), pe.Err))
+				name := f.Tag.Get("env")
+				out = append(out, parseError{name, fmt.Errorf("%s: %w", name, pe.Err)})
 				continue
 			}
 		}
-		out = append(out, e)
+		out = append(out, parseError{err: e})
 	}
 	return out
 }

@@ -90,7 +90,7 @@ func TestAllProblemsReportedAtOnce(t *testing.T) {
 func TestSecretsAreSplitPerPreset(t *testing.T) {
 	env := base()
 	env["STRIPE_WEBHOOK_SECRET"] = "whsec_a, whsec_b,"
-	env["STANDARD_WEBHOOKS_SECRET"] = "whsec_c"
+	env["STANDARD_WEBHOOKS_SECRET"] = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	cfg, err := Load(env)
 	if err != nil {
 		t.Fatal(err)
@@ -198,4 +198,27 @@ func FuzzParseRoutes(f *testing.F) {
 			seen[r.Path] = true
 		}
 	})
+}
+
+// TestEveryProblemOnce: a route's unknown source is
+// reported with the other problems, not after they are fixed, and a value
+// that failed to parse is not reported a second time as its zero value.
+func TestEveryProblemOnce(t *testing.T) {
+	_, err := Load(map[string]string{"LEASE_TTL": "1s", "ROUTES": "/x=nonsense", "UPSTREAM_TIMEOUT": "abc"})
+	if err == nil {
+		t.Fatal("Load accepted it")
+	}
+	msg := err.Error()
+	for _, want := range []string{"UPSTREAM_URL", "ROUTES: /x=nonsense", "UPSTREAM_TIMEOUT: unable to parse"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if n := strings.Count(msg, "UPSTREAM_TIMEOUT:"); n != 1 {
+		t.Errorf("UPSTREAM_TIMEOUT reported %d times, want once:\n%s", n, msg)
+	}
+	_, err = Load(map[string]string{"UPSTREAM_URL": "http://a:1", "STANDARD_WEBHOOKS_SECRET": "not-a-secret"})
+	if err == nil || !strings.Contains(err.Error(), "ROUTES: /=auto") || !strings.Contains(err.Error(), "STANDARD_WEBHOOKS_SECRET") {
+		t.Errorf("a malformed secret on the default route: %v", err)
+	}
 }
