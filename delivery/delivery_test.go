@@ -129,16 +129,16 @@ func webhookRequest(body string) dedup.Request {
 // the event with the route's TTL and the body's fingerprint.
 func TestForwardedAsReceived(t *testing.T) {
 	a := newApp(t, nil)
-	q := newMemQueue()
+	q := newQueue(t)
 	body := `{"id":"evt_1","n":1}`
-	q.Enqueue(context.Background(), "k1", webhookRequest(body))
+	q.enqueue(t, "k1", webhookRequest(body))
 	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Settlement: func(r *http.Request) (string, time.Duration) {
 		if r.URL.Path != "/hooks/gh" {
 			t.Errorf("settlement asked about %q", r.URL.Path)
 		}
 		return "/hooks", 96 * time.Hour
 	}})
-	await(t, "completion", func() bool { return q.event("k1").state == dedup.Completed })
+	await(t, "completion", func() bool { return q.record(t, "k1").State == dedup.Completed })
 
 	reqs := a.requests()
 	if len(reqs) != 1 {
@@ -163,9 +163,9 @@ func TestForwardedAsReceived(t *testing.T) {
 	if got := r.header.Values("X-Custom"); len(got) != 2 {
 		t.Errorf("X-Custom: %q, want both values", got)
 	}
-	ev := q.event("k1")
-	if ev.ttl != 96*time.Hour || ev.result.Status != 200 || ev.result.Fingerprint != sha256.Sum256([]byte(body)) {
-		t.Errorf("completed with %+v, ttl %s", ev.result, ev.ttl)
+	rec := q.record(t, "k1")
+	if rec.TTL < 95*time.Hour || rec.TTL > 96*time.Hour || rec.Result.Status != 200 || rec.Result.Fingerprint != sha256.Sum256([]byte(body)) {
+		t.Errorf("completed with %+v, ttl %s; want status 200, the body's fingerprint, 96h", rec.Result, rec.TTL)
 	}
 }
 
@@ -178,10 +178,10 @@ func TestRetriedUntilSuccess(t *testing.T) {
 		}
 		return http.StatusInternalServerError, ""
 	})
-	q := newMemQueue()
-	q.Enqueue(context.Background(), "k", webhookRequest("{}"))
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
 	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond})
-	await(t, "completion", func() bool { return q.event("k").state == dedup.Completed })
+	await(t, "completion", func() bool { return q.record(t, "k").State == dedup.Completed })
 	reqs := a.requests()
 	if len(reqs) != 3 {
 		t.Fatalf("app received %d attempts, want 3", len(reqs))
@@ -191,8 +191,8 @@ func TestRetriedUntilSuccess(t *testing.T) {
 			t.Errorf("attempt %d carried %s %q", i+1, HeaderAttempt, got)
 		}
 	}
-	if ev := q.event("k"); ev.status != 500 || ev.reason != "the app answered 500" {
-		t.Errorf("last failure noted as %d %q", ev.status, ev.reason)
+	if d := q.record(t, "k").Delivery; d.Attempts != 3 {
+		t.Errorf("completed after %d attempts, want 3", d.Attempts)
 	}
 }
 
@@ -200,14 +200,19 @@ func TestRetriedUntilSuccess(t *testing.T) {
 // attempt included, dead-letters the event, kept for DeadLetterTTL.
 func TestDeadLetteredAfterMaxAttempts(t *testing.T) {
 	a := newApp(t, func(string) (int, string) { return http.StatusBadGateway, "" })
-	q := newMemQueue()
-	q.Enqueue(context.Background(), "k", webhookRequest("{}"))
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
 	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Millisecond, MaxInterval: time.Millisecond,
 		MaxAttempts: 4, DeadLetterTTL: 5 * time.Hour})
-	await(t, "dead letter", func() bool { return q.event("k").state == dedup.Failed })
-	ev := q.event("k")
-	if ev.attempts != 4 || len(a.requests()) != 4 || ev.failedKeep != 5*time.Hour || ev.status != 502 {
-		t.Errorf("dead-lettered after %d attempts (%d at the app), kept %s, status %d; want 4, 5h, 502", ev.attempts, len(a.requests()), ev.failedKeep, ev.status)
+	await(t, "dead letter", func() bool { return q.record(t, "k").State == dedup.Failed })
+	rec := q.record(t, "k")
+	if d := rec.Delivery; d.Attempts != 4 || len(a.requests()) != 4 || rec.TTL < 4*time.Hour || rec.TTL > 5*time.Hour ||
+		d.LastStatus != 502 || d.LastError != "the app answered 502" {
+		t.Errorf("dead-lettered as %+v (%d at the app), kept %s; want 4 attempts, 502, 5h", d, len(a.requests()), rec.TTL)
+	}
+	dls, _, err := q.DeadLetters(context.Background(), "", 10)
+	if err != nil || len(dls) != 1 || dls[0].Key != "k" {
+		t.Errorf("dead letters %+v, %v; want k", dls, err)
 	}
 }
 
@@ -215,12 +220,11 @@ func TestDeadLetteredAfterMaxAttempts(t *testing.T) {
 // dead-lettered at its next failure, whatever its attempt count.
 func TestDeadLetteredAfterMaxAge(t *testing.T) {
 	a := newApp(t, func(string) (int, string) { return http.StatusInternalServerError, "" })
-	q := newMemQueue()
-	q.now = func() time.Time { return time.Now().Add(-2 * time.Hour) }
-	q.Enqueue(context.Background(), "k", webhookRequest("{}"))
-	q.now = time.Now
-	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), MaxAge: time.Hour})
-	await(t, "dead letter", func() bool { return q.event("k").state == dedup.Failed })
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
+	// The workers' clock runs two hours ahead of the store's.
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), MaxAge: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	await(t, "dead letter", func() bool { return q.record(t, "k").State == dedup.Failed })
 	if n := len(a.requests()); n != 1 {
 		t.Errorf("%d attempts before dead-lettering an event past its age, want 1", n)
 	}
@@ -231,12 +235,12 @@ func TestUnreachableAppIsRetried(t *testing.T) {
 	a := newApp(t, nil)
 	u := mustURL(t, a.URL)
 	a.Close()
-	q := newMemQueue()
-	q.Enqueue(context.Background(), "k", webhookRequest("{}"))
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
 	run(t, Config{Queue: q, Upstream: u, InitialInterval: time.Hour})
-	await(t, "retry", func() bool { return len(q.event("k").retries) == 1 })
-	if ev := q.event("k"); ev.status != 0 || ev.reason == "" || ev.state != dedup.Queued {
-		t.Errorf("after a connection error: state %s, status %d, reason %q", ev.state, ev.status, ev.reason)
+	await(t, "retry", func() bool { return q.record(t, "k").Delivery.LastError != "" })
+	if rec := q.record(t, "k"); rec.Delivery.LastStatus != 0 || rec.State != dedup.Queued || rec.Delivery.NextAttemptAt.IsZero() {
+		t.Errorf("after a connection error: %s %+v; want queued, no status, a next attempt", rec.State, rec.Delivery)
 	}
 }
 
@@ -286,12 +290,12 @@ func TestBackoff(t *testing.T) {
 // attempt no sooner than it says.
 func TestRetryAfterHonoured(t *testing.T) {
 	a := newApp(t, func(string) (int, string) { return http.StatusTooManyRequests, "30" })
-	q := newMemQueue()
-	q.Enqueue(context.Background(), "k", webhookRequest("{}"))
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
 	before := time.Now()
 	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Millisecond, MaxInterval: time.Hour})
-	await(t, "retry", func() bool { return len(q.event("k").retries) == 1 })
-	if next := q.event("k").retries[0]; next.Before(before.Add(30 * time.Second)) {
+	await(t, "retry", func() bool { return q.record(t, "k").Delivery.LastStatus == 429 })
+	if next := q.record(t, "k").Delivery.NextAttemptAt; next.Before(before.Add(30 * time.Second)) {
 		t.Errorf("next attempt at %s, less than Retry-After's 30s after %s", next, before)
 	}
 }
@@ -301,9 +305,9 @@ func TestRetryAfterHonoured(t *testing.T) {
 func TestConcurrencyBound(t *testing.T) {
 	a := newApp(t, nil)
 	a.hold = make(chan struct{})
-	q := newMemQueue()
+	q := newQueue(t)
 	for i := 0; i < 10; i++ {
-		q.Enqueue(context.Background(), "k"+string(rune('a'+i)), webhookRequest("{}"))
+		q.enqueue(t, "k"+string(rune('a'+i)), webhookRequest("{}"))
 	}
 	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 3, PollInterval: time.Millisecond})
 	await(t, "three attempts at the app", func() bool { return a.inside.Load() == 3 })
@@ -311,10 +315,7 @@ func TestConcurrencyBound(t *testing.T) {
 	close(a.hold)
 	a.hold = nil
 	a.mu.Unlock()
-	await(t, "all delivered", func() bool {
-		st, _ := q.Stats(context.Background())
-		return st.Depth == 0 && len(a.requests()) == 10
-	})
+	await(t, "all delivered", func() bool { return q.depth(t) == 0 && len(a.requests()) == 10 })
 	if m := a.most.Load(); m != 3 {
 		t.Errorf("at most %d attempts at once at the app, want 3", m)
 	}
@@ -324,16 +325,16 @@ func TestConcurrencyBound(t *testing.T) {
 // workers take an event queued after they found the queue empty.
 func TestNudge(t *testing.T) {
 	a := newApp(t, nil)
-	q := newMemQueue()
+	q := newQueue(t)
 	w := New(Config{Queue: q, Upstream: mustURL(t, a.URL), PollInterval: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	<-q.takes // the first look, at an empty queue
-	q.Enqueue(context.Background(), "k", webhookRequest("{}"))
+	q.enqueue(t, "k", webhookRequest("{}"))
 	w.Nudge()
-	await(t, "delivery after a nudge", func() bool { return q.event("k").state == dedup.Completed })
+	await(t, "delivery after a nudge", func() bool { return q.record(t, "k").State == dedup.Completed })
 }
 
 // TestShutdown: once Run's context is done nothing more is taken; an
@@ -343,35 +344,35 @@ func TestShutdown(t *testing.T) {
 	t.Run("attempt finishes", func(t *testing.T) {
 		a := newApp(t, nil)
 		a.hold = make(chan struct{})
-		q := newMemQueue()
-		q.Enqueue(context.Background(), "k1", webhookRequest("{}"))
+		q := newQueue(t)
+		q.enqueue(t, "k1", webhookRequest("{}"))
 		// An hour's poll: k2, queued without a nudge, is never looked for.
 		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: time.Minute, PollInterval: time.Hour})
 		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
-		q.Enqueue(context.Background(), "k2", webhookRequest("{}"))
+		q.enqueue(t, "k2", webhookRequest("{}"))
 		stopped := make(chan struct{})
 		go func() { stop(); close(stopped) }()
 		close(a.hold) // the app answers while the workers are stopping
 		<-stopped
-		if ev := q.event("k1"); ev.state != dedup.Completed {
-			t.Errorf("running attempt: state %s after shutdown, want completed", ev.state)
+		if rec := q.record(t, "k1"); rec.State != dedup.Completed {
+			t.Errorf("running attempt: state %s after shutdown, want completed", rec.State)
 		}
-		if ev := q.event("k2"); ev.state != dedup.Queued || ev.attempts != 0 {
-			t.Errorf("event queued during shutdown: state %s, %d attempts; want queued, untouched", ev.state, ev.attempts)
+		if rec := q.record(t, "k2"); rec.State != dedup.Queued || rec.Delivery.Attempts != 0 {
+			t.Errorf("event queued during shutdown: state %s, %d attempts; want queued, untouched", rec.State, rec.Delivery.Attempts)
 		}
 	})
 	t.Run("attempt outlasts the timeout", func(t *testing.T) {
 		a := newApp(t, nil)
 		a.hold = make(chan struct{})
 		t.Cleanup(func() { close(a.hold) })
-		q := newMemQueue()
-		q.Enqueue(context.Background(), "k", webhookRequest("{}"))
+		q := newQueue(t)
+		q.enqueue(t, "k", webhookRequest("{}"))
 		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: 20 * time.Millisecond})
 		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
 		stop()
-		ev := q.event("k")
-		if ev.state != dedup.Queued || len(ev.retries) != 1 || ev.reason != errAbandoned.Error() || ev.retries[0].After(time.Now()) {
-			t.Errorf("abandoned attempt: state %s, retries %v, reason %q; want queued again, due now", ev.state, ev.retries, ev.reason)
+		rec := q.record(t, "k")
+		if d := rec.Delivery; rec.State != dedup.Queued || d.LastError != errAbandoned.Error() || d.NextAttemptAt.After(time.Now()) {
+			t.Errorf("abandoned attempt: %s %+v; want queued again, due now", rec.State, d)
 		}
 	})
 }
