@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,47 +14,42 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
-// queueStore is the embedded store with an Enqueue that claims the key
-// for good and keeps the request: what the accept path asks of a queue
-// (the stores' own queues pass dedup's conformance suite).
+// queueStore is the embedded store on disk, whose Enqueue can be made to
+// fail as a store's does during an outage.
 type queueStore struct {
-	*dedup.Memory
-	mu     sync.Mutex
-	queued map[string]dedup.Request
-	down   atomic.Bool
+	*dedup.Disk
+	down atomic.Bool
 }
 
 func newQueueStore(t *testing.T) *queueStore {
-	m := dedup.NewMemory()
-	t.Cleanup(func() { m.Close() })
-	return &queueStore{Memory: m, queued: map[string]dedup.Request{}}
+	d, err := dedup.OpenDisk(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return &queueStore{Disk: d}
 }
 
 func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
 	if q.down.Load() {
 		return false, dedup.Record{}, errors.New("fake: connection refused")
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if _, ok := q.queued[key]; ok {
-		return false, dedup.Record{State: dedup.Queued}, nil
-	}
-	claim, rec, err := q.Memory.Claim(ctx, key, time.Hour)
-	if err != nil || claim.Token == "" {
-		return false, rec, err
-	}
-	// Copied, as a store's write would: the proxy reuses its buffers.
-	req.Header = req.Header.Clone()
-	req.Body = append([]byte(nil), req.Body...)
-	q.queued[key] = req
-	return true, dedup.Record{}, nil
+	return q.Disk.Enqueue(ctx, key, req)
 }
 
-func (q *queueStore) request(key string) (dedup.Request, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	r, ok := q.queued[key]
-	return r, ok
+// request is the request queued under key, as a worker takes it.
+func (q *queueStore) request(t *testing.T, key string) (dedup.Request, bool) {
+	t.Helper()
+	ds, err := q.Take(context.Background(), 100, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.Claim.Key == key {
+			return d.Request, true
+		}
+	}
+	return dedup.Request{}, false
 }
 
 // TestAsyncAccept: a first-seen webhook on an async route is queued and
@@ -80,7 +74,7 @@ func TestAsyncAccept(t *testing.T) {
 	if n := nudges.Load(); n != 1 {
 		t.Errorf("Enqueued called %d times, want 1", n)
 	}
-	req, ok := q.request("test:/hooks:e1")
+	req, ok := q.request(t, "test:/hooks:e1")
 	if !ok {
 		t.Fatal("nothing queued under test:/hooks:e1")
 	}
@@ -121,11 +115,10 @@ func TestAsyncStatus200(t *testing.T) {
 func TestAsyncDuplicateOfSyncInFlight(t *testing.T) {
 	q := newQueueStore(t)
 	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q})
-	if _, _, err := q.Memory.Claim(context.Background(), "test:/hooks:e1", time.Minute); err != nil {
+	if _, _, err := q.Claim(context.Background(), "test:/hooks:e1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	resp := f.post(t, "/hooks", map[string]string{"X-Id": "e1"}, "{}")
-	// The fake's Enqueue reports the memory store's record for a held key.
 	if resp.StatusCode != http.StatusConflict || resp.Header.Get(proxy.HeaderOutcome) != "in-flight" {
 		t.Fatalf("%d %q, want 409 in-flight", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
 	}
@@ -166,7 +159,7 @@ func TestAsyncBodyLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get(proxy.HeaderOutcome) != "too-large" {
 		t.Errorf("%d %q, want 413 too-large", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
 	}
-	if _, ok := q.request("test:/hooks:e1"); ok {
+	if _, ok := q.request(t, "test:/hooks:e1"); ok {
 		t.Error("a body over the limit was queued")
 	}
 }
