@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -326,8 +327,15 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:
 		return openRedis(cfg, log)
+	case config.StoreDisk:
+		st, err := dedup.OpenDisk(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("DATA_DIR: %w", err)
+		}
+		log.Info("store: embedded, on disk", zap.String("file", filepath.Join(cfg.DataDir, dedup.DiskFile)))
+		return st, nil
 	default:
-		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		log.Warn("no store configured (DATA_DIR, REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
 }

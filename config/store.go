@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 
 	"github.com/webhook-dedup/webhook-dedup/proxy"
@@ -15,6 +16,8 @@ const (
 	StoreMemory StoreKind = "memory"
 	// StoreRedis is Redis, reached in the way Store.RedisMode says.
 	StoreRedis StoreKind = "redis"
+	// StoreDisk is the embedded store in a file under DATA_DIR.
+	StoreDisk StoreKind = "disk"
 )
 
 // SupportsAsync reports whether the store can keep an accepted event's
@@ -59,6 +62,7 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_URL", RedisStandalone}, c.RedisURL != ""},
 		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
+		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {
@@ -71,6 +75,11 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 	}
 	for _, other := range chosen[1:] {
 		bad(other.Variable, "set together with %s: configure exactly one store", chosen[0].Variable)
+	}
+	if chosen[0].Kind == StoreDisk {
+		if err := writableDir(c.DataDir); err != nil {
+			bad("DATA_DIR", "%s is not a directory this process can write in: %v", c.DataDir, err)
+		}
 	}
 	return chosen[0]
 }
@@ -89,4 +98,20 @@ func (c *Config) checkAsyncStore(bad func(name, format string, args ...any)) {
 		}
 	}
 	bad("DELIVERY", "async delivery (routes %s) needs a durable store, and the in-memory store would lose every accepted event with the process: set DATA_DIR (the embedded store on disk) or REDIS_URL, or deliver sync", strings.Join(routes, ", "))
+}
+
+// writableDir makes sure dir is a directory this process can create files
+// in, creating it (and its parents) if missing: the store's file is opened
+// later, and a read-only volume had better be reported now, naming DATA_DIR.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".webhook-dedup-write-test-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }
