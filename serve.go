@@ -276,8 +276,6 @@ func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log 
 	return queue, workers, nil
 }
 
-// openStore opens the store config chose (config.Store): the one place
-// that turns that choice into a running store.
 // upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
 // request at its base URL. Any answer counts, a 404 too: the question is
 // whether the app is up, not whether it serves that path.
@@ -323,6 +321,8 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 	return out
 }
 
+// openStore opens the store config chose (config.Store): the one place
+// that turns that choice into a running store.
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:
