@@ -1,0 +1,254 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// asyncStore is a store async delivery runs on, as the tests set it up.
+type asyncStore struct {
+	name string
+	env  func(t *testing.T) map[string]string
+}
+
+var diskStore = asyncStore{"DATA_DIR", func(t *testing.T) map[string]string {
+	return map[string]string{"DATA_DIR": t.TempDir()}
+}}
+
+// TestAsyncSlowApp: behind an app that takes 3 s, the sender is answered
+// 202 queued at once; the admin API shows the event queued or being
+// delivered, then completed; a copy meanwhile is a duplicate; one effect.
+func TestAsyncSlowApp(t *testing.T) {
+	t.Parallel()
+	app := newUpstream(t)
+	app.WorkFor(func(string, int) time.Duration { return 3 * time.Second })
+	px := startProxy(t, asyncEnv(app.URL, diskStore.env(t)))
+	ctx, client := testContext(t), newClient(t)
+
+	ev := stripe.Event(1)
+	start := time.Now()
+	a := mustSend(t, ctx, client, px, stripe, ev)
+	took := time.Since(start)
+	expect(t, "first delivery", a, http.StatusAccepted, "queued")
+	if want := fmt.Sprintf(`{"status":"queued","event_id":%q}`, ev.ID); strings.TrimSpace(string(a.Body)) != want {
+		t.Errorf("body %s, want %s", a.Body, want)
+	}
+	if took > 500*time.Millisecond {
+		t.Errorf("the sender waited %s for its answer behind a 3 s app, want well under a second", took)
+	}
+	if st := px.event(t, stripe, ev.ID).State; st != "queued" && st != "delivering" {
+		t.Errorf("admin API right after the 202: state %q, want queued or delivering", st)
+	}
+	app.awaitEntered(t, key(stripe, ev.ID))
+	if got := px.event(t, stripe, ev.ID); got.State != "delivering" || got.Attempts != 1 {
+		t.Errorf("admin API while the app works: %+v, want delivering, attempt 1", got)
+	}
+	expect(t, "a copy while it is delivered", mustSend(t, ctx, client, px, stripe, ev), 200, "duplicate")
+	done := px.awaitState(t, stripe, ev.ID, "completed", 10*time.Second)
+	if done.Status != 200 {
+		t.Errorf("completed with status %d, want the app's 200", done.Status)
+	}
+	expect(t, "a copy after completion", mustSend(t, ctx, client, px, stripe, ev), 200, "duplicate")
+	if n := app.Effects(key(stripe, ev.ID)); n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+	t.Logf("e2e async slow app: sender answered in %s behind a 3 s app", took.Round(time.Millisecond))
+}
+
+// TestAsyncExactlyOnceDisk: hundreds of events, each sent 1–4 times with
+// concurrent copies, while the app fails a fifth of its requests: every
+// sender attempt is answered 2xx, every event takes effect exactly once.
+func TestAsyncExactlyOnceDisk(t *testing.T) {
+	t.Parallel()
+	asyncExactlyOnceRun(t, diskStore)
+}
+
+func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
+	app := newUpstream(t)
+	app.FailWhen(func(k string, attempt int) bool { return seeded(runSeed, runFailOneIn, k, attempt) })
+	app.WorkFor(func(k string, attempt int) time.Duration {
+		return time.Duration(draw(runSeed+1, k, attempt)%8) * time.Millisecond
+	})
+	env := asyncEnv(app.URL, st.env(t))
+	env["RETRY_INITIAL_INTERVAL"], env["RETRY_MAX_INTERVAL"] = "20ms", "100ms"
+	px := startProxy(t, env)
+
+	deliveries, copies := planDeliveries(runEvents, runSeed+2, 4)
+	s := &sender{client: newClient(t), addr: px.Addr, maxAttempts: 1, backoff: func(int) time.Duration { return 0 }, tally: newTally()}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []string
+	)
+	slots := make(chan struct{}, runConcurrent)
+	for _, d := range deliveries {
+		slots <- struct{}{}
+		var copiesDone sync.WaitGroup
+		for c := range d.copies {
+			wg.Add(1)
+			copiesDone.Add(1)
+			go func() {
+				defer wg.Done()
+				defer copiesDone.Done()
+				stagger := time.NewTimer(time.Duration(draw(runSeed+3, d.ev.ID, c)%10) * time.Millisecond)
+				<-stagger.C
+				// One attempt per copy: a sender that never retries.
+				if _, err := s.deliver(ctx, d.p, d.ev); err != nil {
+					mu.Lock()
+					failed = append(failed, err.Error())
+					mu.Unlock()
+				}
+			}()
+		}
+		go func() { copiesDone.Wait(); <-slots }()
+	}
+	wg.Wait()
+	accepted := time.Since(start)
+	for _, f := range failed {
+		t.Errorf("a sender attempt was not answered 2xx: %s", f)
+	}
+	var keys []string
+	for _, d := range deliveries {
+		keys = append(keys, key(d.p, d.ev.ID))
+	}
+	awaitEffects(t, app, keys, 60*time.Second)
+	delivered := time.Since(start)
+	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, float64(runEvents))
+	effects := app.EffectsSnapshot()
+	for _, k := range keys {
+		if effects[k] != 1 {
+			t.Errorf("%s took effect %d times, want exactly once", k, effects[k])
+		}
+		delete(effects, k)
+	}
+	for k, n := range effects {
+		t.Errorf("the app processed %s (%d times), which no provider sent", k, n)
+	}
+	tl := s.tally
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for outcome, n := range tl.outcomes {
+		if outcome != "queued" && outcome != "duplicate" {
+			t.Errorf("%d answers had X-Webhook-Dedup %q, want queued or duplicate", n, outcome)
+		}
+	}
+	if tl.outcomes["queued"] != runEvents || app.Failures() == 0 || tl.outcomes["duplicate"] == 0 {
+		t.Errorf("queued %d (want %d), duplicates %d, app failures %d: the run proves nothing", tl.outcomes["queued"], runEvents, tl.outcomes["duplicate"], app.Failures())
+	}
+	summary := fmt.Sprintf("e2e async exactly-once [%s]: events=%d deliveries=%d answered-2xx=%d app-500s=%d effects=1 each; all accepted in %s, all delivered in %s",
+		st.name, runEvents, copies, tl.requests-tl.errors, app.Failures(), accepted.Round(time.Millisecond), delivered.Round(time.Millisecond))
+	t.Log(summary)
+	fmt.Println(summary)
+}
+
+// TestAsyncAppDown: GitHub never retries. While the app is down, every
+// delivery is still answered 202 and kept; once the app is back, each is
+// delivered once.
+func TestAsyncAppDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the app is down: connections to its port are refused
+	px := startProxy(t, asyncEnv("http://"+addr, diskStore.env(t)))
+	ctx, client := testContext(t), newClient(t)
+	const n = 20
+	var keys []string
+	for i := range n {
+		ev := github.Event(i)
+		expect(t, "delivery while the app is down", mustSend(t, ctx, client, px, github, ev), 202, "queued")
+		keys = append(keys, key(github, ev.ID))
+	}
+	// Every event was tried and failed at least once while the app was down.
+	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "retry"}, 2*n)
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the app's port was taken meanwhile: %v", err)
+	}
+	app := newUpstreamOn(t, ln)
+	awaitEffects(t, app, keys, 20*time.Second)
+	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, n)
+	for _, k := range keys {
+		if got := app.Effects(k); got != 1 {
+			t.Errorf("%s took effect %d times, want once", k, got)
+		}
+	}
+}
+
+// TestAsyncDeadLetterAndRetry: an event the app keeps refusing is
+// dead-lettered after RETRY_MAX_ATTEMPTS, listed (API and CLI), counted;
+// once the app is fixed, a retry delivers it.
+func TestAsyncDeadLetterAndRetry(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	broken := true
+	app := newScriptedApp(t, func(id string, n int) (int, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if broken {
+			return http.StatusInternalServerError, ""
+		}
+		return http.StatusOK, ""
+	})
+	env := asyncEnv(app.URL, diskStore.env(t))
+	env["RETRY_MAX_ATTEMPTS"] = "3"
+	px := startProxy(t, env)
+	ctx, client := testContext(t), newClient(t)
+	ev := acme.Event(7)
+	expect(t, "delivery", mustSend(t, ctx, client, px, acme, ev), 202, "queued")
+	failed := px.awaitState(t, acme, ev.ID, "failed", 10*time.Second)
+	if failed.Attempts != 3 || failed.LastStatus != 500 || failed.LastError == "" {
+		t.Errorf("dead letter: %+v, want 3 attempts, last status 500, an error", failed)
+	}
+	seen := app.seen(ev.ID)
+	if len(seen) != 3 || seen[0].header != "1" || seen[2].header != "3" {
+		t.Errorf("app saw %+v, want attempts 1, 2, 3", seen)
+	}
+	px.awaitMetric(t, "webhook_dedup_dead_letters", nil, 1)
+	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "dead-lettered"}, 1)
+	px.awaitLog(t, `"level":"error"`, 1)
+	expect(t, "a copy of the dead letter", mustSend(t, ctx, client, px, acme, ev), 200, "duplicate")
+
+	list := px.adminDo(t, http.MethodGet, "/v1/dead-letters?limit=10", adminToken)
+	if list.Status != 200 || !strings.Contains(string(list.Body), `"id":"`+ev.ID+`"`) || !strings.Contains(string(list.Body), `"namespace":"/hooks/acme"`) ||
+		!strings.Contains(string(list.Body), `"next_cursor":""`) {
+		t.Errorf("GET /v1/dead-letters: %s", list)
+	}
+	cliEnv := map[string]string{"ADMIN_ADDR": px.Admin, "ADMIN_TOKEN": adminToken}
+	code, out, errOut := cli(t, cliEnv, "dead-letters")
+	if code != 0 || !strings.Contains(out, ev.ID) {
+		t.Errorf("webhook-dedup dead-letters: exit %d, %q %q", code, out, errOut)
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	code, out, errOut = cli(t, cliEnv, "retry", "/hooks/acme", ev.ID)
+	if code != 0 {
+		t.Fatalf("webhook-dedup retry: exit %d, %q %q", code, out, errOut)
+	}
+	done := px.awaitState(t, acme, ev.ID, "completed", 10*time.Second)
+	if done.Attempts != 1 {
+		t.Errorf("completed after %d attempts since the retry, want 1 (a new first attempt)", done.Attempts)
+	}
+	if seen := app.seen(ev.ID); len(seen) != 4 || seen[3].header != "1" {
+		t.Errorf("after the retry the app saw %+v, want a 4th request marked attempt 1", seen)
+	}
+	if r := px.adminDo(t, http.MethodPost, "/v1/events/%2Fhooks%2Facme/"+ev.ID+"/retry", adminToken); r.Status != 409 {
+		t.Errorf("retry of a completed event: %s, want 409", r)
+	}
+	if r := px.adminDo(t, http.MethodPost, "/v1/events/%2Fhooks%2Facme/nope/retry", adminToken); r.Status != 404 {
+		t.Errorf("retry of an unknown event: %s, want 404", r)
+	}
+	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, 1)
+}
