@@ -252,3 +252,218 @@ func TestAsyncDeadLetterAndRetry(t *testing.T) {
 	}
 	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, 1)
 }
+
+// TestAsyncRetryAfter: a 503 with Retry-After: 2 puts the next attempt at
+// least 2 s later, though the backoff alone would retry within 50 ms; a
+// Retry-After of an hour is capped at RETRY_MAX_INTERVAL (3 s).
+func TestAsyncRetryAfter(t *testing.T) {
+	t.Parallel()
+	app := newScriptedApp(t, func(id string, n int) (int, string) {
+		switch {
+		case n == 1 && id == acme.Event(1).ID:
+			return http.StatusServiceUnavailable, "2"
+		case n == 1:
+			return http.StatusTooManyRequests, "3600"
+		}
+		return http.StatusOK, ""
+	})
+	env := asyncEnv(app.URL, diskStore.env(t))
+	env["RETRY_MAX_INTERVAL"] = "3s"
+	px := startProxy(t, env)
+	capped := acme.Event(2)
+	expect(t, "delivery", mustSend(t, testContext(t), newClient(t), px, acme, capped), 202, "queued")
+	ctx, client := testContext(t), newClient(t)
+	ev := acme.Event(1)
+	expect(t, "delivery", mustSend(t, ctx, client, px, acme, ev), 202, "queued")
+	queued := px.awaitState(t, acme, ev.ID, "queued", 5*time.Second)
+	for queued.LastStatus == 0 { // queued before its first attempt
+		queued = px.awaitState(t, acme, ev.ID, "queued", 5*time.Second)
+	}
+	if queued.LastStatus != 503 || queued.NextAttemptAt == "" {
+		t.Errorf("after the 503: %+v, want last_status 503 and a next_attempt_at", queued)
+	}
+	px.awaitState(t, acme, ev.ID, "completed", 10*time.Second)
+	seen := app.seen(ev.ID)
+	if len(seen) != 2 {
+		t.Fatalf("the app saw %d attempts, want 2", len(seen))
+	}
+	if gap := seen[1].at.Sub(seen[0].at); gap < 2*time.Second {
+		t.Errorf("second attempt %s after the first, want at least Retry-After's 2s", gap)
+	} else {
+		t.Logf("second attempt %s after a 503 with Retry-After: 2", gap.Round(time.Millisecond))
+	}
+	// Capped: delivered within RETRY_MAX_INTERVAL, not an hour later.
+	px.awaitState(t, acme, capped.ID, "completed", 10*time.Second)
+	if seen := app.seen(capped.ID); len(seen) != 2 || seen[1].at.Sub(seen[0].at) < 3*time.Second {
+		t.Errorf("after a 429 with Retry-After: 3600 the app saw %+v; want the second attempt RETRY_MAX_INTERVAL (3s) later", seen)
+	}
+}
+
+// TestAsyncConcurrency: with DELIVERY_CONCURRENCY=3 and a queue of ten,
+// the app holds exactly three requests at once, never more.
+func TestAsyncConcurrency(t *testing.T) {
+	t.Parallel()
+	app := newScriptedApp(t, nil)
+	release := app.holdAll()
+	t.Cleanup(release)
+	env := asyncEnv(app.URL, diskStore.env(t))
+	env["DELIVERY_CONCURRENCY"] = "3"
+	px := startProxy(t, env)
+	ctx, client := testContext(t), newClient(t)
+	for i := range 10 {
+		expect(t, "delivery", mustSend(t, ctx, client, px, acme, acme.Event(i)), 202, "queued")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for app.inside.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests at the app, want 3", app.inside.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	deadline = time.Now().Add(10 * time.Second)
+	for app.total() < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 10 events reached the app", app.total())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m := app.most.Load(); m != 3 {
+		t.Errorf("at most %d requests at the app at once, want DELIVERY_CONCURRENCY's 3", m)
+	}
+}
+
+// TestAsyncRouteOverrides: ";async" under DELIVERY=sync, and ";sync"
+// under DELIVERY=async.
+func TestAsyncRouteOverrides(t *testing.T) {
+	t.Parallel()
+	app := newUpstream(t)
+	ctx, client := testContext(t), newClient(t)
+
+	env := asyncEnv(app.URL, diskStore.env(t))
+	env["DELIVERY"] = "sync"
+	env["ROUTES"] = stripe.Path + "=" + stripe.Source + ";async," + github.Path + "=" + github.Source
+	px := startProxy(t, env)
+	expect(t, "stripe;async under DELIVERY=sync", mustSend(t, ctx, client, px, stripe, stripe.Event(1)), 202, "queued")
+	expect(t, "github under DELIVERY=sync", mustSend(t, ctx, client, px, github, github.Event(1)), 200, "forwarded")
+	px.awaitState(t, stripe, stripe.Event(1).ID, "completed", 10*time.Second)
+
+	env = asyncEnv(app.URL, diskStore.env(t))
+	env["ROUTES"] = stripe.Path + "=" + stripe.Source + "," + github.Path + "=" + github.Source + ";sync"
+	px2 := startProxy(t, env)
+	expect(t, "stripe under DELIVERY=async", mustSend(t, ctx, client, px2, stripe, stripe.Event(2)), 202, "queued")
+	expect(t, "github;sync under DELIVERY=async", mustSend(t, ctx, client, px2, github, github.Event(2)), 200, "forwarded")
+	px2.awaitState(t, stripe, stripe.Event(2).ID, "completed", 10*time.Second)
+	for _, k := range []string{key(stripe, stripe.Event(1).ID), key(stripe, stripe.Event(2).ID), key(github, github.Event(1).ID), key(github, github.Event(2).ID)} {
+		if n := app.Effects(k); n != 1 {
+			t.Errorf("%s: %d effects, want 1", k, n)
+		}
+	}
+}
+
+// TestAsyncRefusedInMemory: async delivery on the in-memory store (no
+// DATA_DIR, no Redis) is refused at start, naming DELIVERY and DATA_DIR;
+// so is an ";async" route.
+func TestAsyncRefusedInMemory(t *testing.T) {
+	t.Parallel()
+	for _, env := range []map[string]string{
+		{"UPSTREAM_URL": "http://127.0.0.1:1", "DELIVERY": "async"},
+		{"UPSTREAM_URL": "http://127.0.0.1:1", "ROUTES": "/webhooks/github=github;async"},
+	} {
+		code, logs, err := runToExit(t, env)
+		if err != nil || code != 2 || !strings.Contains(logs, "DELIVERY") || !strings.Contains(logs, "DATA_DIR") {
+			t.Errorf("%v: exit %d (%v), output %q; want exit 2 naming DELIVERY and DATA_DIR", env, code, err, logs)
+		}
+	}
+}
+
+// TestAsyncSIGTERM: SIGTERM with a queue: the attempts under way finish,
+// the process exits 0, and the next process on the same store delivers the
+// rest, each event once.
+func TestAsyncSIGTERM(t *testing.T) {
+	t.Parallel()
+	app := newUpstream(t)
+	app.WorkFor(func(string, int) time.Duration { return 300 * time.Millisecond })
+	store := diskStore.env(t)
+	env := asyncEnv(app.URL, store)
+	env["DELIVERY_CONCURRENCY"] = "2"
+	px := launch(t, env)
+	px.waitHealthy()
+	ctx, client := testContext(t), newClient(t)
+	var keys []string
+	for i := range 20 {
+		ev := stripe.Event(i)
+		expect(t, "delivery", mustSend(t, ctx, client, px, stripe, ev), 202, "queued")
+		keys = append(keys, key(stripe, ev.ID))
+	}
+	app.awaitEntered(t, keys[0])
+	px.Terminate()
+	if code := px.waitExit(exitDeadline); code != 0 {
+		t.Fatalf("exit status after SIGTERM: %d, want 0", code)
+	}
+	before := 0
+	for _, n := range app.EffectsSnapshot() {
+		before += n
+	}
+	if before == 0 || before == len(keys) {
+		t.Fatalf("%d of %d events delivered before the process stopped: the test proves nothing", before, len(keys))
+	}
+	next := startProxy(t, env)
+	awaitEffects(t, app, keys, 20*time.Second)
+	for _, k := range keys {
+		if n := app.Effects(k); n != 1 {
+			t.Errorf("%s took effect %d times, want once", k, n)
+		}
+	}
+	next.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, float64(len(keys)-before))
+	t.Logf("e2e async SIGTERM: %d of %d delivered before the stop (running attempts finished), the rest by the next process, each once", before, len(keys))
+}
+
+// TestAsyncKillRestart: a proxy SIGKILLed with events queued and in
+// delivery, then restarted on the same store: none is lost. The ones whose
+// attempt was cut short are taken over once their lease runs out; the app
+// may then see one twice (at-least-once after a crash), which is counted.
+func TestAsyncKillRestart(t *testing.T) {
+	t.Parallel()
+	app := newUpstream(t)
+	app.WorkFor(func(string, int) time.Duration { return 200 * time.Millisecond })
+	env := asyncEnv(app.URL, diskStore.env(t))
+	env["DELIVERY_CONCURRENCY"] = "4"
+	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
+	px := launch(t, env)
+	px.waitHealthy()
+	ctx, client := testContext(t), newClient(t)
+	var keys []string
+	for i := range 40 {
+		ev := github.Event(i)
+		expect(t, "delivery", mustSend(t, ctx, client, px, github, ev), 202, "queued")
+		keys = append(keys, key(github, ev.ID))
+	}
+	// Kill it once some events are done and others are at the app.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(app.EffectsSnapshot()) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatal("no delivery completed before the kill")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	px.Kill()
+	px.waitExit(exitDeadline)
+	before := len(app.EffectsSnapshot())
+
+	next := startProxy(t, env)
+	awaitEffects(t, app, keys, 30*time.Second)
+	twice := 0
+	for _, k := range keys {
+		if n := app.Effects(k); n > 1 {
+			twice++
+		}
+	}
+	next.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, 1)
+	summary := fmt.Sprintf("e2e async kill -9: %d events, %d delivered before the kill, none lost after the restart, %d delivered twice", len(keys), before, twice)
+	t.Log(summary)
+	fmt.Println(summary)
+	if before >= len(keys) {
+		t.Errorf("every event was delivered before the kill: the test proves nothing")
+	}
+}
