@@ -183,4 +183,3 @@ func (a *scriptedApp) holdAll() (release func()) {
 		})
 	}
 }
-
