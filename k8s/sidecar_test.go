@@ -49,6 +49,7 @@ func TestSidecarInvariants(t *testing.T) {
 				checkExpansions(t, m, p.name, p.spec)
 				checkImages(t, p.name, p.spec)
 				checkDisruptionBudget(t, m, p.name, p.labels, d.Spec.Replicas)
+				checkDelivery(t, m, d, p)
 				pods = append(pods, p)
 			}
 			for _, s := range m.statefulSets {
