@@ -351,6 +351,8 @@ func openRedis(cfg *config.Config, log *zap.Logger) (store, error) {
 		Timeout:      cfg.RedisTimeout,
 		WaitReplicas: cfg.RedisWaitReplicas,
 		WaitTimeout:  cfg.RedisWaitTimeout,
+		KeyPrefix:    cfg.KeyPrefix,
+		Logger:       log.Named("store"),
 	}
 	switch cfg.Store.RedisMode {
 	case config.RedisStandalone:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.uber.org/zap"
 )
 
 // RedisConfig says how to reach Redis: one server (URL), a Redis Cluster
@@ -60,6 +61,14 @@ type RedisConfig struct {
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT. Zero: 250ms.
 	WaitTimeout time.Duration
+
+	// KeyPrefix is KEY_PREFIX: the async queue's keys, and the records of
+	// async events, are named under the hash tag {KeyPrefix} (see
+	// redisqueue.go). Empty: {webhook-dedup}.
+	KeyPrefix string
+	// Logger is told when the async queue's consumer group had to be
+	// created again (Redis lost data). Nil: nothing is logged.
+	Logger *zap.Logger
 }
 
 // RedisTLS is how to check the Redis servers' certificates and which
@@ -103,6 +112,10 @@ func OpenRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, err
 	}
 	s := NewRedis(client)
+	s.queue = newQueueKeys(cfg.KeyPrefix)
+	if cfg.Logger != nil {
+		s.log = cfg.Logger
+	}
 	s.waitReplicas = cfg.WaitReplicas
 	s.waitTimeout = orDefault(cfg.WaitTimeout, defaultWaitTimeout)
 	// One server, and no WAIT (which needs each write's own connection):

@@ -228,8 +228,10 @@ var queueTests = []struct {
 		mustEnqueue(t, s, "k")
 		first := takeOne(t, s, short)
 		var second Delivery
+		// Every taker passes the same lease (LEASE_TTL): Redis takes a
+		// delivery over once it has been held for the taker's.
 		eventually(t, "the expired lease to be taken over", func() bool {
-			ds := take(t, s, 10, lease)
+			ds := take(t, s, 10, short)
 			if len(ds) == 1 {
 				second = ds[0]
 			}
@@ -247,9 +249,8 @@ var queueTests = []struct {
 				t.Errorf("the first holder's %s = %v, want ErrNotOwner", name, err)
 			}
 		}
-		if ds := take(t, s, 10, lease); len(ds) != 0 {
-			t.Errorf("a delivery still held was taken over: %d", len(ds))
-		}
+		// The second holder's lease may have run out by now too, but
+		// while no one took it over, the delivery is still its own.
 		if err := s.Succeed(ctx, second, replayed, keep); err != nil {
 			t.Errorf("the second holder's Succeed: %v", err)
 		}
@@ -492,8 +493,10 @@ var queueTests = []struct {
 		}
 		got := map[string]int{}
 		eventually(t, "the new instance to take both events", func() bool {
-			for _, d := range take(t, next, 10, lease) {
-				got[d.Claim.Key] = d.Attempt
+			for _, d := range take(t, next, 10, short) {
+				if _, seen := got[d.Claim.Key]; !seen {
+					got[d.Claim.Key] = d.Attempt
+				}
 			}
 			return len(got) == 2
 		})

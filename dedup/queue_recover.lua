@@ -1,0 +1,22 @@
+-- After the consumer group was (re)created from the start of the stream,
+-- puts back on the stream every open event whose entry is not there (lost
+-- with the stream): KEYS[1] the stream, KEYS[2] the open events, KEYS[3]
+-- the retries; ARGV[1] the hash tag. Returns how many were queued again.
+local n = 0
+for _, k in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local a = ARGV[1] .. k
+  local s = redis.call('HGET', a, 's')
+  local e = redis.call('HGET', a, 'e')
+  local present = e and e ~= '' and #redis.call('XRANGE', KEYS[1], e, e) > 0
+  local retrying = s == '3' and redis.call('ZSCORE', KEYS[3], k)
+  if present or retrying then
+    -- Delivered again from the stream, or from the retries.
+  elseif s == '3' or s == '4' then
+    redis.call('HSET', a, 's', 3, 'e', redis.call('XADD', KEYS[1], '*', 'k', k))
+    redis.call('HDEL', a, 'k')
+    n = n + 1
+  else
+    redis.call('ZREM', KEYS[2], k)
+  end
+end
+return n
