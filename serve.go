@@ -273,7 +273,40 @@ func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log 
 	}
 	log.Info("async delivery", zap.Strings("routes", async), zap.Int("concurrency", cfg.DeliveryConcurrency),
 		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
+	if dc, ok := st.(durabilityChecker); ok {
+		logDurability(dc, log)
+	}
 	return queue, workers, nil
+}
+
+// durabilityChecker is a store that can say whether its configuration
+// keeps what the async queue accepted (dedup.Redis).
+type durabilityChecker interface {
+	CheckDurability(ctx context.Context) (dedup.Durability, error)
+}
+
+// durabilityTimeout bounds the start-up check of Redis's persistence.
+const durabilityTimeout = 5 * time.Second
+
+// logDurability logs, once at start, whether Redis keeps the events async
+// routes answer 202: at error level when its settings lose them (the proxy
+// keeps running: the operator decides), at warn when they cannot be read.
+func logDurability(dc durabilityChecker, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), durabilityTimeout)
+	defer cancel()
+	d, err := dc.CheckDurability(ctx)
+	switch {
+	case err != nil:
+		log.Warn("could not check whether Redis keeps accepted async events (appendonly, maxmemory-policy)", zap.Error(err))
+	case !d.Readable:
+		log.Warn("async delivery on Redis: "+d.String(), zap.String("reason", d.Unread))
+	case !d.OK():
+		log.Error("async delivery on Redis may lose events already answered 202: "+d.String(),
+			zap.String("appendonly", d.AppendOnly), zap.String("appendfsync", d.AppendFsync), zap.String("maxmemory_policy", d.MaxmemoryPolicy))
+	default:
+		log.Info("async delivery on Redis: "+d.String(),
+			zap.String("appendonly", d.AppendOnly), zap.String("appendfsync", d.AppendFsync), zap.String("maxmemory_policy", d.MaxmemoryPolicy))
+	}
 }
 
 // upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
 // asyncStore is a store async delivery runs on, as the tests set it up.
@@ -17,9 +19,19 @@ type asyncStore struct {
 	env  func(t *testing.T) map[string]string
 }
 
-var diskStore = asyncStore{"DATA_DIR", func(t *testing.T) map[string]string {
-	return map[string]string{"DATA_DIR": t.TempDir()}
-}}
+var (
+	diskStore = asyncStore{"DATA_DIR", func(t *testing.T) map[string]string {
+		return map[string]string{"DATA_DIR": t.TempDir()}
+	}}
+	redisStore = asyncStore{"Redis", func(t *testing.T) map[string]string {
+		srv := redistest.New(t, "--appendonly", "yes", "--maxmemory-policy", "noeviction")
+		return map[string]string{"REDIS_URL": srv.URL()}
+	}}
+	clusterStore = asyncStore{"Redis Cluster", func(t *testing.T) map[string]string {
+		c := redistest.NewCluster(t, redistest.ClusterConfig{Args: []string{"--appendonly", "yes"}})
+		return map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ",")}
+	}}
+)
 
 // TestAsyncSlowApp: behind an app that takes 3 s, the sender is answered
 // 202 queued at once; the admin API shows the event queued or being
@@ -67,6 +79,18 @@ func TestAsyncSlowApp(t *testing.T) {
 func TestAsyncExactlyOnceDisk(t *testing.T) {
 	t.Parallel()
 	asyncExactlyOnceRun(t, diskStore)
+}
+
+// TestAsyncExactlyOnceRedis is the same run on one Redis.
+func TestAsyncExactlyOnceRedis(t *testing.T) {
+	t.Parallel()
+	asyncExactlyOnceRun(t, redisStore)
+}
+
+// TestAsyncExactlyOnceCluster is the same run on a Redis Cluster.
+func TestAsyncExactlyOnceCluster(t *testing.T) {
+	t.Parallel()
+	asyncExactlyOnceRun(t, clusterStore)
 }
 
 func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
@@ -382,10 +406,19 @@ func TestAsyncRefusedInMemory(t *testing.T) {
 // rest, each event once.
 func TestAsyncSIGTERM(t *testing.T) {
 	t.Parallel()
+	asyncSIGTERMRun(t, diskStore)
+}
+
+// TestAsyncSIGTERMRedis is the same on Redis.
+func TestAsyncSIGTERMRedis(t *testing.T) {
+	t.Parallel()
+	asyncSIGTERMRun(t, redisStore)
+}
+
+func asyncSIGTERMRun(t *testing.T, st asyncStore) {
 	app := newUpstream(t)
 	app.WorkFor(func(string, int) time.Duration { return 300 * time.Millisecond })
-	store := diskStore.env(t)
-	env := asyncEnv(app.URL, store)
+	env := asyncEnv(app.URL, st.env(t))
 	env["DELIVERY_CONCURRENCY"] = "2"
 	px := launch(t, env)
 	px.waitHealthy()
@@ -416,7 +449,7 @@ func TestAsyncSIGTERM(t *testing.T) {
 		}
 	}
 	next.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, float64(len(keys)-before))
-	t.Logf("e2e async SIGTERM: %d of %d delivered before the stop (running attempts finished), the rest by the next process, each once", before, len(keys))
+	t.Logf("e2e async SIGTERM [%s]: %d of %d delivered before the stop (running attempts finished), the rest by the next process, each once", st.name, before, len(keys))
 }
 
 // TestAsyncKillRestart: a proxy SIGKILLed with events queued and in
@@ -425,9 +458,19 @@ func TestAsyncSIGTERM(t *testing.T) {
 // may then see one twice (at-least-once after a crash), which is counted.
 func TestAsyncKillRestart(t *testing.T) {
 	t.Parallel()
+	asyncKillRun(t, diskStore)
+}
+
+// TestAsyncKillRestartRedis is the same on Redis.
+func TestAsyncKillRestartRedis(t *testing.T) {
+	t.Parallel()
+	asyncKillRun(t, redisStore)
+}
+
+func asyncKillRun(t *testing.T, st asyncStore) {
 	app := newUpstream(t)
 	app.WorkFor(func(string, int) time.Duration { return 200 * time.Millisecond })
-	env := asyncEnv(app.URL, diskStore.env(t))
+	env := asyncEnv(app.URL, st.env(t))
 	env["DELIVERY_CONCURRENCY"] = "4"
 	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
 	px := launch(t, env)
@@ -453,17 +496,47 @@ func TestAsyncKillRestart(t *testing.T) {
 
 	next := startProxy(t, env)
 	awaitEffects(t, app, keys, 30*time.Second)
-	twice := 0
+	twice, cut := 0, 0
 	for _, k := range keys {
 		if n := app.Effects(k); n > 1 {
 			twice++
 		}
+		cut += app.Attempts(k) - app.Effects(k)
 	}
 	next.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, 1)
-	summary := fmt.Sprintf("e2e async kill -9: %d events, %d delivered before the kill, none lost after the restart, %d delivered twice", len(keys), before, twice)
+	summary := fmt.Sprintf("e2e async kill -9 [%s]: %d events, %d delivered before the kill, none lost after the restart, %d delivered twice (%d attempts cut off at the app by the kill, rolled back, taken over after LEASE_TTL)", st.name, len(keys), before, twice, cut)
 	t.Log(summary)
 	fmt.Println(summary)
 	if before >= len(keys) {
 		t.Errorf("every event was delivered before the kill: the test proves nothing")
+	}
+}
+
+// TestAsyncRedisDurabilityLogged: at start, an async route on a Redis that
+// would lose accepted events (no append-only file, an evicting policy) is
+// logged at error level saying what to change; a Redis that keeps them is
+// logged at info.
+func TestAsyncRedisDurabilityLogged(t *testing.T) {
+	t.Parallel()
+	risky := redistest.New(t, "--appendonly", "no", "--maxmemory-policy", "allkeys-lru")
+	px := startProxy(t, asyncEnv("http://127.0.0.1:1", map[string]string{"REDIS_URL": risky.URL()}))
+	px.awaitLog(t, "appendonly is no", 1)
+	px.awaitLog(t, "maxmemory-policy is allkeys-lru", 1)
+	for _, line := range strings.Split(px.Logs(), "\n") {
+		if strings.Contains(line, "appendonly is no") && !strings.Contains(line, `"level":"error"`) {
+			t.Errorf("the durability problem is not logged at error level: %s", line)
+		}
+	}
+
+	// Managed Redis often forbids CONFIG: the proxy says it cannot check.
+	managed := redistest.New(t, "--rename-command", "CONFIG", "")
+	px = startProxy(t, asyncEnv("http://127.0.0.1:1", map[string]string{"REDIS_URL": managed.URL()}))
+	px.awaitLog(t, "cannot read Redis's appendonly and maxmemory-policy", 1)
+
+	safe := redistest.New(t, "--appendonly", "yes", "--maxmemory-policy", "noeviction")
+	px = startProxy(t, asyncEnv("http://127.0.0.1:1", map[string]string{"REDIS_URL": safe.URL()}))
+	px.awaitLog(t, "accepted events survive a Redis restart", 1)
+	if strings.Contains(px.Logs(), `"level":"error"`) {
+		t.Errorf("a Redis that keeps accepted events was logged at error level:\n%s", px.Logs())
 	}
 }
