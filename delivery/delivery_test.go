@@ -376,3 +376,18 @@ func TestShutdown(t *testing.T) {
 		}
 	})
 }
+
+// FuzzRetryAfter: any Retry-After value parses to a delay that is never
+// negative, or to none.
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"", "0", "7", "-1", "3600", "99999999999999999999", "Wed, 21 Oct 2015 07:28:00 GMT", "soon", " 5"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := retryAfter(v, now)
+		if d < 0 || (!ok && d != 0) {
+			t.Fatalf("retryAfter(%q) = %s, %v", v, d, ok)
+		}
+	})
+}
