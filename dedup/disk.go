@@ -43,6 +43,9 @@ type Disk struct {
 	// writes counts the write transactions under way: a write alone is
 	// committed at once, one that arrives while others run joins a batch.
 	writes atomic.Int64
+	// unbatched commits every write on its own (one fsync each): only
+	// for the benchmark that shows what batching saves.
+	unbatched bool
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -165,7 +168,7 @@ func (d *Disk) sweep() error {
 // one), so it sets its results afresh each time.
 func (d *Disk) write(fn func(tx *bolt.Tx) error) error {
 	defer d.writes.Add(-1)
-	if d.writes.Add(1) == 1 {
+	if d.writes.Add(1) == 1 || d.unbatched {
 		return d.db.Update(fn)
 	}
 	return d.db.Batch(fn)

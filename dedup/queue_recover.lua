@@ -12,8 +12,10 @@ for _, k in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if present or retrying then
     -- Delivered again from the stream, or from the retries.
   elseif s == '3' or s == '4' then
-    redis.call('HSET', a, 's', 3, 'e', redis.call('XADD', KEYS[1], '*', 'k', k))
-    redis.call('HDEL', a, 'k')
+    -- A delivery under way stays its holder's (its token is unchanged,
+    -- and Take skips it until its lease runs out); it settles the new
+    -- entry.
+    redis.call('HSET', a, 'e', redis.call('XADD', KEYS[1], '*', 'k', k))
     n = n + 1
   else
     redis.call('ZREM', KEYS[2], k)
