@@ -76,6 +76,20 @@ func (p *proxy) awaitState(t testing.TB, pv provider, id, state string, deadline
 	}
 }
 
+// queueEvents sends events 0…n-1 of p once each, expects each answered
+// 202 queued, and returns their keys.
+func queueEvents(t *testing.T, px *proxy, p provider, n int) []string {
+	t.Helper()
+	ctx, client := testContext(t), newClient(t)
+	keys := make([]string, 0, n)
+	for i := range n {
+		ev := p.Event(i)
+		expect(t, "delivery of "+ev.ID, mustSend(t, ctx, client, px, p, ev), 202, "queued")
+		keys = append(keys, key(p, ev.ID))
+	}
+	return keys
+}
+
 // awaitEffects polls until every key has taken effect at least once.
 func awaitEffects(t testing.TB, app *upstream, keys []string, deadline time.Duration) {
 	t.Helper()

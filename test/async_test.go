@@ -109,33 +109,17 @@ func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 	defer cancel()
 	start := time.Now()
 	var (
-		wg     sync.WaitGroup
 		mu     sync.Mutex
 		failed []string
 	)
-	slots := make(chan struct{}, runConcurrent)
-	for _, d := range deliveries {
-		slots <- struct{}{}
-		var copiesDone sync.WaitGroup
-		for c := range d.copies {
-			wg.Add(1)
-			copiesDone.Add(1)
-			go func() {
-				defer wg.Done()
-				defer copiesDone.Done()
-				stagger := time.NewTimer(time.Duration(draw(runSeed+3, d.ev.ID, c)%10) * time.Millisecond)
-				<-stagger.C
-				// One attempt per copy: a sender that never retries.
-				if _, err := s.deliver(ctx, d.p, d.ev); err != nil {
-					mu.Lock()
-					failed = append(failed, err.Error())
-					mu.Unlock()
-				}
-			}()
+	// One attempt per copy (maxAttempts 1): a sender that never retries.
+	sendPlanned(ctx, s, deliveries, func(_ answer, err error) {
+		if err != nil {
+			mu.Lock()
+			failed = append(failed, err.Error())
+			mu.Unlock()
 		}
-		go func() { copiesDone.Wait(); <-slots }()
-	}
-	wg.Wait()
+	})
 	accepted := time.Since(start)
 	for _, f := range failed {
 		t.Errorf("a sender attempt was not answered 2xx: %s", f)
@@ -186,14 +170,8 @@ func TestAsyncAppDown(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // the app is down: connections to its port are refused
 	px := startProxy(t, asyncEnv("http://"+addr, diskStore.env(t)))
-	ctx, client := testContext(t), newClient(t)
 	const n = 20
-	var keys []string
-	for i := range n {
-		ev := github.Event(i)
-		expect(t, "delivery while the app is down", mustSend(t, ctx, client, px, github, ev), 202, "queued")
-		keys = append(keys, key(github, ev.ID))
-	}
+	keys := queueEvents(t, px, github, n)
 	// Every event was tried and failed at least once while the app was down.
 	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "retry"}, 2*n)
 	ln, err = net.Listen("tcp", addr)
@@ -422,13 +400,7 @@ func asyncSIGTERMRun(t *testing.T, st asyncStore) {
 	env["DELIVERY_CONCURRENCY"] = "2"
 	px := launch(t, env)
 	px.waitHealthy()
-	ctx, client := testContext(t), newClient(t)
-	var keys []string
-	for i := range 20 {
-		ev := stripe.Event(i)
-		expect(t, "delivery", mustSend(t, ctx, client, px, stripe, ev), 202, "queued")
-		keys = append(keys, key(stripe, ev.ID))
-	}
+	keys := queueEvents(t, px, stripe, 20)
 	app.awaitEntered(t, keys[0])
 	px.Terminate()
 	if code := px.waitExit(exitDeadline); code != 0 {
@@ -475,13 +447,7 @@ func asyncKillRun(t *testing.T, st asyncStore) {
 	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
 	px := launch(t, env)
 	px.waitHealthy()
-	ctx, client := testContext(t), newClient(t)
-	var keys []string
-	for i := range 40 {
-		ev := github.Event(i)
-		expect(t, "delivery", mustSend(t, ctx, client, px, github, ev), 202, "queued")
-		keys = append(keys, key(github, ev.ID))
-	}
+	keys := queueEvents(t, px, github, 40)
 	// Kill it once some events are done and others are at the app.
 	deadline := time.Now().Add(10 * time.Second)
 	for len(app.EffectsSnapshot()) < 4 {
@@ -538,5 +504,50 @@ func TestAsyncRedisDurabilityLogged(t *testing.T) {
 	px.awaitLog(t, "accepted events survive a Redis restart", 1)
 	if strings.Contains(px.Logs(), `"level":"error"`) {
 		t.Errorf("a Redis that keeps accepted events was logged at error level:\n%s", px.Logs())
+	}
+}
+
+// TestAsyncCLIOnRedis: without ADMIN_TOKEN, dead-letters and retry go
+// straight to the shared store, as inspect does.
+func TestAsyncCLIOnRedis(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	broken := true
+	app := newScriptedApp(t, func(string, int) (int, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if broken {
+			return http.StatusBadGateway, ""
+		}
+		return http.StatusOK, ""
+	})
+	store := redisStore.env(t)
+	env := asyncEnv(app.URL, store)
+	env["RETRY_MAX_ATTEMPTS"] = "1"
+	px := startProxy(t, env)
+	ev := acme.Event(3)
+	queueEvents(t, px, acme, 4)
+	px.awaitState(t, acme, ev.ID, "failed", 10*time.Second)
+
+	cliEnv := map[string]string{"REDIS_URL": store["REDIS_URL"]}
+	code, out, errOut := cli(t, cliEnv, "dead-letters")
+	if code != 0 || !strings.Contains(out, `"id": "`+ev.ID+`"`) || !strings.Contains(out, `"last_status": 502`) {
+		t.Errorf("dead-letters on Redis: exit %d, %q %q", code, out, errOut)
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	if code, out, errOut := cli(t, cliEnv, "retry", "/hooks/acme", ev.ID); code != 0 || !strings.Contains(out, "queued") {
+		t.Fatalf("retry on Redis: exit %d, %q %q", code, out, errOut)
+	}
+	px.awaitState(t, acme, ev.ID, "completed", 10*time.Second)
+	if code, _, errOut := cli(t, cliEnv, "retry", "/hooks/acme", ev.ID); code != 1 || !strings.Contains(errOut, "not dead-lettered") {
+		t.Errorf("retry of a completed event: exit %d, %q; want 1, not dead-lettered", code, errOut)
+	}
+	if code, _, errOut := cli(t, cliEnv, "retry", "/hooks/acme", "nope"); code != 1 || !strings.Contains(errOut, "no record") {
+		t.Errorf("retry of an unknown event: exit %d, %q; want 1, no record", code, errOut)
+	}
+	if code, _, errOut := cli(t, map[string]string{}, "dead-letters"); code != 2 || !strings.Contains(errOut, "ADMIN_TOKEN") {
+		t.Errorf("dead-letters with no store and no token: exit %d, %q; want 2 naming ADMIN_TOKEN", code, errOut)
 	}
 }

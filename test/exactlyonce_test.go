@@ -75,40 +75,19 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 
 	start := time.Now()
 	var (
-		wg     sync.WaitGroup
 		mu     sync.Mutex
 		failed []string
 		okBy   = map[string]int{} // the X-Webhook-Dedup of each copy's final 2xx
 	)
-	slots := make(chan struct{}, runConcurrent)
-	for _, d := range deliveries {
-		slots <- struct{}{}
-		var copiesDone sync.WaitGroup
-		for c := range d.copies {
-			wg.Add(1)
-			copiesDone.Add(1)
-			go func() {
-				defer wg.Done()
-				defer copiesDone.Done()
-				// Copies leave the provider a few milliseconds apart.
-				stagger := time.NewTimer(time.Duration(draw(runSeed+3, d.ev.ID, c)%10) * time.Millisecond)
-				<-stagger.C
-				a, err := s.deliver(ctx, d.p, d.ev)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					failed = append(failed, err.Error())
-					return
-				}
-				okBy[a.Dedup()]++
-			}()
+	sendPlanned(ctx, s, deliveries, func(a answer, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed = append(failed, err.Error())
+			return
 		}
-		go func() {
-			copiesDone.Wait()
-			<-slots
-		}()
-	}
-	wg.Wait()
+		okBy[a.Dedup()]++
+	})
 	elapsed := time.Since(start)
 
 	for _, f := range failed {
@@ -160,6 +139,36 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 		store, runEvents, copies, tl.requests, tl.outcomes["duplicate"], tl.outcomes["in-flight"], app.Failures(), perEvent, elapsed.Round(time.Millisecond))
 	t.Logf("%s; answers by X-Webhook-Dedup %v, by status %v, connection errors %d", summary, tl.outcomes, tl.statuses, tl.errors)
 	fmt.Println(summary)
+}
+
+// sendPlanned delivers every planned event's copies through s, at most
+// runConcurrent events at once, the copies of one a few milliseconds apart
+// (as they leave a provider), and hands each copy's final answer to done,
+// which may be called from several goroutines at once.
+func sendPlanned(ctx context.Context, s *sender, deliveries []delivery, done func(answer, error)) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, runConcurrent)
+	for _, d := range deliveries {
+		slots <- struct{}{}
+		var copiesDone sync.WaitGroup
+		for c := range d.copies {
+			wg.Add(1)
+			copiesDone.Add(1)
+			go func() {
+				defer wg.Done()
+				defer copiesDone.Done()
+				stagger := time.NewTimer(time.Duration(draw(runSeed+3, d.ev.ID, c)%10) * time.Millisecond)
+				<-stagger.C
+				a, err := s.deliver(ctx, d.p, d.ev)
+				done(a, err)
+			}()
+		}
+		go func() {
+			copiesDone.Wait()
+			<-slots
+		}()
+	}
+	wg.Wait()
 }
 
 // requestsByOutcome sums webhook_dedup_requests_total by its outcome label,
