@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -28,13 +29,19 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) {
 	if req.Body == nil {
 		req.Body = []byte{}
 	}
+	// The store call outlives the sender (for at most finishTimeout): an
+	// event is queued whole or not at all, never cut off halfway by a
+	// hang-up. Queued, it is delivered, and the sender's retry is a
+	// duplicate.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
+	defer cancel()
 	start := time.Now()
-	queued, rec, err := h.cfg.Queue.Enqueue(r.Context(), wh.key, req)
+	queued, rec, err := h.cfg.Queue.Enqueue(ctx, wh.key, req)
+	h.m.observeStore(opEnqueue, start, err)
 	if err != nil {
-		h.storeFailed(w, r, wh, opEnqueue, start, err)
+		h.storeUnavailable(w, r, wh, err)
 		return
 	}
-	h.m.observeStore(opEnqueue, start, nil)
 	switch {
 	case queued:
 		h.cfg.Enqueued()
