@@ -552,3 +552,44 @@ func TestAsyncCLIOnRedis(t *testing.T) {
 		t.Errorf("dead-letters with no store and no token: exit %d, %q; want 2 naming ADMIN_TOKEN", code, errOut)
 	}
 }
+
+// TestAsyncStoreDown: while Redis is down an async route answers 503
+// store-unavailable with Retry-After and queues nothing; once Redis is
+// back the retry is queued and delivered.
+func TestAsyncStoreDown(t *testing.T) {
+	t.Parallel()
+	app := newUpstream(t)
+	srv := redistest.New(t, "--appendonly", "yes")
+	px := startProxy(t, asyncEnv(app.URL, map[string]string{"REDIS_URL": srv.URL()}))
+	ctx, client := testContext(t), newClient(t)
+	ev := stripe.Event(1)
+	srv.Stop()
+	a := mustSend(t, ctx, client, px, stripe, ev)
+	expect(t, "delivery with Redis down", a, 503, "store-unavailable")
+	if _, err := a.retryAfter(); err != nil {
+		t.Error(err)
+	}
+	srv.Start()
+	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
+		t.Fatalf("readyz after Redis is back: %v", err)
+	}
+	expect(t, "the retry once Redis is back", settledQueued(t, ctx, client, px, stripe, ev), 202, "queued")
+	awaitEffects(t, app, []string{key(stripe, ev.ID)}, 10*time.Second)
+	if n := app.Effects(key(stripe, ev.ID)); n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+}
+
+// settledQueued sends ev until it is not answered store-unavailable (the
+// proxy's pool may take a moment to reconnect after /readyz turned 200).
+func settledQueued(t *testing.T, ctx context.Context, client *http.Client, px *proxy, p provider, ev event) answer {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a := mustSend(t, ctx, client, px, p, ev)
+		if a.Dedup() != "store-unavailable" || time.Now().After(deadline) {
+			return a
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
