@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // DiskFile is the name of the embedded store's file under its directory.
@@ -81,7 +82,7 @@ func OpenDisk(dir string) (*Disk, error) { return openDisk(dir, diskSweepInterva
 func openDisk(dir string, sweepEvery time.Duration) (*Disk, error) {
 	path := filepath.Join(dir, DiskFile)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: diskLockTimeout})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (still locked after %s)", ErrDiskLocked, path, diskLockTimeout)
 	}
 	if err != nil {
@@ -549,7 +550,15 @@ func (d *Disk) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery
 			}
 			req, err := decodeRequest(b.requests.Get(key))
 			if err != nil {
-				return fmt.Errorf("request of %q: %w", key, err)
+				// Never deliverable: dead-letter it rather than stall
+				// every Take on it.
+				failed := a
+				failed.state, failed.at, failed.lastStatus = Failed, ms, 0
+				failed.lastError = "the stored request cannot be read: " + err.Error()
+				if err := b.putAsync(key, a, failed, now.Add(unreadableKeep).UnixMilli()); err != nil {
+					return err
+				}
+				continue
 			}
 			next := a
 			next.state = Delivering
@@ -771,12 +780,11 @@ func (d *Disk) Stats(ctx context.Context) (QueueStats, error) {
 			if err != nil {
 				return err
 			}
-			if a.state == Delivering && a.at > now {
-				continue // held, its lease running
-			}
-			st.Depth++
 			if oldest == 0 || a.accepted < oldest {
 				oldest = a.accepted
+			}
+			if a.state != Delivering || a.at <= now { // not held, its lease running
+				st.Depth++
 			}
 		}
 		if oldest != 0 {

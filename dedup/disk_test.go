@@ -3,8 +3,11 @@ package dedup
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 var _ queueStore = (*Disk)(nil)
@@ -118,4 +121,45 @@ func TestDiskSweep(t *testing.T) {
 	if _, err := d.Lookup(ctx, "long"); err != nil {
 		t.Errorf("the sweep deleted a live record: %v", err)
 	}
+}
+
+// FuzzDecodeAsync feeds arbitrary bytes to the decoder of the async
+// records the disk store reads back from its file: it must never panic,
+// and what it accepts must encode back to a value that decodes the same.
+func FuzzDecodeAsync(f *testing.F) {
+	f.Add(encodeAsync(asyncRecord{state: Queued, accepted: 1, at: 2}))
+	f.Add(encodeAsync(asyncRecord{state: Delivering, token: newToken(), attempts: 3, lastStatus: 503, lastError: "x"}))
+	f.Add(encodeAsync(asyncRecord{state: Completed, result: replayed, completed: 1_700_000_000_000, attempts: 1}))
+	f.Add(encodeAsync(asyncRecord{state: Failed, at: 5, lastError: "gave up"}))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		a, err := decodeAsync(v)
+		if err != nil {
+			if !errors.Is(err, errBadRecord) {
+				t.Fatalf("error %v is not errBadRecord", err)
+			}
+			return
+		}
+		again, err := decodeAsync(encodeAsync(a))
+		if err != nil {
+			t.Fatalf("re-encoding %+v: %v", a, err)
+		}
+		if !reflect.DeepEqual(again, a) {
+			t.Fatalf("re-encoded %+v, decoded %+v", a, again)
+		}
+	})
+}
+
+// TestDiskUnreadableRequest damages a queued request in the file: Take
+// dead-letters that event, saying why, and hands out the others.
+func TestDiskUnreadableRequest(t *testing.T) {
+	d := openDiskAt(t, t.TempDir())
+	mustEnqueue(t, d, "damaged")
+	mustEnqueue(t, d, "fine")
+	err := d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRequests).Put([]byte("damaged"), []byte("\x7fnot a request"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUnreadable(t, d)
 }

@@ -63,6 +63,9 @@ type Redis struct {
 	// groupSeen is set once a Take found the consumer group: its loss
 	// after that means Redis lost data.
 	groupSeen atomic.Bool
+	// lastPrune is when this process last pruned the group's consumers
+	// (unix ns).
+	lastPrune atomic.Int64
 	// aof says whether Enqueue also waits for the master's fsync
 	// (WAITAOF), found out once.
 	aofOnce sync.Once

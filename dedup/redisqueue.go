@@ -70,6 +70,8 @@ var (
 	queueDeadLua string
 	//go:embed queue_recover.lua
 	queueRecoverLua string
+	//go:embed queue_prune.lua
+	queuePruneLua string
 	//go:embed marker.lua
 	markerLua string
 	//go:embed marker_expire.lua
@@ -85,6 +87,7 @@ var (
 	queueStatsScript   = redis.NewScript(queueStatsLua)
 	queueDeadScript    = redis.NewScript(queueDeadLua)
 	queueRecoverScript = redis.NewScript(queueRecoverLua)
+	queuePruneScript   = redis.NewScript(queuePruneLua)
 	markerScript       = redis.NewScript(markerLua)
 	markerExpireScript = redis.NewScript(markerExpireLua)
 )
@@ -197,6 +200,10 @@ func (s *Redis) Enqueue(ctx context.Context, key string, req Request) (bool, Rec
 	if err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
+	if rec.TTL > 0 {
+		// The marker was missing (it is set now): it goes with the record.
+		s.expireMarker(ctx, key, rec.TTL)
+	}
 	return false, rec, nil
 }
 
@@ -264,6 +271,7 @@ func (s *Redis) Take(ctx context.Context, n int, lease time.Duration) ([]Deliver
 		return nil, fmt.Errorf("dedup: take: %w", err)
 	}
 	s.groupSeen.Store(true)
+	s.maybePrune(ctx)
 	out := make([]Delivery, 0, len(v))
 	for _, item := range v {
 		f, ok := item.([]any)
@@ -275,18 +283,44 @@ func (s *Redis) Take(ctx context.Context, n int, lease time.Duration) ([]Deliver
 		attempt, _ := f[3].(int64)
 		accepted, _ := strconv.ParseInt(str(f[4]), 10, 64)
 		payload, _ := f[5].(string)
+		d := Delivery{Claim: Claim{Key: key, Token: tok}, Attempt: int(attempt), AcceptedAt: time.UnixMilli(accepted)}
 		req, err := decodeRequest([]byte(payload))
 		if err != nil {
-			return nil, fmt.Errorf("dedup: take %s: %w", key, err)
+			// Never deliverable: dead-letter it rather than hand it
+			// out again after every lease.
+			_ = s.Fail(ctx, d, 0, "the stored request cannot be read: "+err.Error(), unreadableKeep)
+			continue
 		}
-		out = append(out, Delivery{
-			Claim:      Claim{Key: key, Token: tok},
-			Request:    req,
-			Attempt:    int(attempt),
-			AcceptedAt: time.UnixMilli(accepted),
-		})
+		d.Request = req
+		out = append(out, d)
 	}
 	return out, nil
+}
+
+// Consumers of processes gone are deleted from the group by a Take, at
+// most once per pruneEvery per process, once idle for consumerIdle with
+// nothing pending. A live consumer polls all the time, and one deleted
+// anyway is created again by its next read.
+const (
+	pruneEvery   = time.Hour
+	consumerIdle = 24 * time.Hour
+)
+
+// maybePrune deletes the group's dead consumers if it is time. It is best
+// effort: a failure only leaves them listed until the next time.
+func (s *Redis) maybePrune(ctx context.Context) {
+	now := time.Now().UnixNano()
+	last := s.lastPrune.Load()
+	if now-last < int64(pruneEvery) || !s.lastPrune.CompareAndSwap(last, now) {
+		return
+	}
+	_, _ = s.pruneConsumers(ctx, consumerIdle)
+}
+
+// pruneConsumers deletes the consumers idle for idle with nothing pending,
+// and says how many.
+func (s *Redis) pruneConsumers(ctx context.Context, idle time.Duration) (int64, error) {
+	return queuePruneScript.Run(ctx, s.scripts, []string{s.queue.stream}, queueGroup, idle.Milliseconds(), s.consumer).Int64()
 }
 
 // recreateGroup creates the consumer group (and the stream) when it is

@@ -298,3 +298,62 @@ func TestRedisQueueACL(t *testing.T) {
 		"+@read", "+@write", "+@scripting", "+@connection", "+wait", "+time")
 	testQueue(t, redisQueues(RedisConfig{URL: srv.URL(), Username: "dedup", Password: "s3cret"}))
 }
+
+// TestRedisQueuePrunesConsumers checks that the consumers of processes
+// gone are deleted from the group, but never one with deliveries pending.
+func TestRedisQueuePrunesConsumers(t *testing.T) {
+	srv := redistest.New(t)
+	raw := rawClient(t, srv)
+	ctx := context.Background()
+	settled, holding, pruner := openRedis(t, srv), openRedis(t, srv), openRedis(t, srv)
+	mustEnqueue(t, settled, "a")
+	if err := settled.Succeed(ctx, takeOne(t, settled, lease), replayed, keep); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, holding, "b")
+	takeOne(t, holding, lease)
+	mustEnqueue(t, pruner, "c")
+	takeOne(t, pruner, lease)
+	if n := len(raw.XInfoConsumers(ctx, pruner.queue.stream, queueGroup).Val()); n != 3 {
+		t.Fatalf("%d consumers, want 3", n)
+	}
+	n, err := pruner.pruneConsumers(ctx, 0) // every consumer idle long enough
+	if err != nil || n != 1 {
+		t.Fatalf("pruneConsumers = %d, %v; want 1 (the one with nothing pending)", n, err)
+	}
+	names := map[string]bool{}
+	for _, c := range raw.XInfoConsumers(ctx, pruner.queue.stream, queueGroup).Val() {
+		names[c.Name] = true
+	}
+	if !names[holding.consumer] || !names[pruner.consumer] || names[settled.consumer] {
+		t.Errorf("consumers left %v, want the holder's and the pruner's", names)
+	}
+}
+
+// TestRedisQueueUnreadableRequest damages a queued request: Take
+// dead-letters that event, saying why, and hands out the others.
+func TestRedisQueueUnreadableRequest(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	ctx := context.Background()
+	mustEnqueue(t, s, "damaged")
+	mustEnqueue(t, s, "fine")
+	if err := rawClient(t, srv).Set(ctx, s.queue.request("damaged"), "\x7fnot a request", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	checkUnreadable(t, s)
+}
+
+// checkUnreadable checks that of "damaged" and "fine", Take hands out the
+// fine one and dead-letters the other.
+func checkUnreadable(t *testing.T, s queueStore) {
+	t.Helper()
+	ds := take(t, s, 10, lease)
+	if len(ds) != 1 || ds[0].Claim.Key != "fine" {
+		t.Errorf("Take = %+v, want only the readable event", ds)
+	}
+	rec := mustLookup(t, s, "damaged")
+	if rec.State != Failed || !strings.Contains(rec.Delivery.LastError, "cannot be read") {
+		t.Errorf("the damaged event: %v %+v, want failed, saying why", rec.State, rec.Delivery)
+	}
+}
