@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
@@ -65,6 +67,12 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buffered, how := bufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
+	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
+	monitor, err := monitorRedis(ctx, cfg, st, log, reg)
+	if err != nil {
+		return err
+	}
 	var handler *proxy.Handler
 	queue, workers, err := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration) {
 		return handler.Settlement(r)
@@ -87,6 +95,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		LeaseTTL:        cfg.LeaseTTL,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxBuffered:     buffered,
 		OnStoreError:    cfg.OnStoreError,
 		OnMissingID:     cfg.OnMissingID,
 		BodyFingerprint: cfg.DedupBodyFingerprint,
@@ -139,6 +148,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
 	}
+	if cfg.MaxConnections > 0 {
+		publicLn = netutil.LimitListener(publicLn, cfg.MaxConnections)
+	}
 	privateLn, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		publicLn.Close()
@@ -150,6 +162,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", version))
 
 	g, gctx := errgroup.WithContext(ctx)
+	if monitor != nil {
+		g.Go(func() error { monitor.Run(gctx); return nil })
+	}
 	g.Go(func() error { return serveUntilClosed(public, publicLn) })
 	g.Go(func() error { return serveUntilClosed(private, privateLn) })
 	if workers != nil {
@@ -354,6 +369,27 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 	return out
 }
 
+// monitorRedis checks a Redis store once before serving, and returns the
+// monitor that keeps checking it (nil for another store). A KEY_PREFIX
+// that another APP_NAME owns stops the start (exit status 2); a Redis not
+// reachable yet does not: the store refuses claims until the owner check
+// passes.
+func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
+	rs, ok := st.(*dedup.Redis)
+	if !ok {
+		return nil, nil
+	}
+	m := dedup.NewMonitor(rs, dedup.MonitorConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RedisCheckInterval, Logger: log.Named("redis"), Registerer: reg})
+	err := m.Check(ctx)
+	switch {
+	case errors.Is(err, dedup.ErrPrefixOwned):
+		return nil, usageError(fmt.Errorf("APP_NAME: %w: set KEY_PREFIX to a prefix of this app's own (e.g. KEY_PREFIX=webhook-dedup:%s:), as two apps sharing one would answer each other's events as duplicates", err, cfg.AppName))
+	case err != nil:
+		log.Warn("redis not checked at start; checking again every REDIS_CHECK_INTERVAL", zap.Error(err))
+	}
+	return m, nil
+}
+
 // openStore opens the store config chose (config.Store): the one place
 // that turns that choice into a running store.
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
@@ -384,6 +420,7 @@ func openRedis(cfg *config.Config, log *zap.Logger) (store, error) {
 		Timeout:      cfg.RedisTimeout,
 		WaitReplicas: cfg.RedisWaitReplicas,
 		WaitTimeout:  cfg.RedisWaitTimeout,
+		AppName:      cfg.AppName,
 		KeyPrefix:    cfg.KeyPrefix,
 		Logger:       log.Named("store"),
 	}

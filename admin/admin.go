@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -64,7 +63,10 @@ const pingTimeout = 2 * time.Second
 type Server struct {
 	cfg      Config
 	draining atomic.Bool
-	mux      *http.ServeMux
+	// unready is set while /readyz answers 503 for the store, so that the
+	// failure is logged when it starts rather than at every probe.
+	unready atomic.Bool
+	mux     *http.ServeMux
 }
 
 // New returns the admin handler.
@@ -107,8 +109,21 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), pingTimeout)
 	defer cancel()
 	if err := s.cfg.Store.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+		// The error names the store's address and says what failed: for
+		// the logs and the operator (the bearer token), not for anyone
+		// who can reach the probe.
+		doc := map[string]string{"status": "store unavailable"}
+		if s.cfg.Token != "" && s.hasToken(r) {
+			doc["error"] = err.Error()
+		}
+		if s.unready.CompareAndSwap(false, true) {
+			s.cfg.Logger.Warn("not ready: the store check failed", zap.Error(err))
+		}
+		writeJSON(w, http.StatusServiceUnavailable, doc)
 		return
+	}
+	if s.unready.CompareAndSwap(true, false) {
+		s.cfg.Logger.Info("ready: the store answers again")
 	}
 	if s.cfg.Upstream != nil {
 		if err := s.cfg.Upstream(ctx); err != nil {
@@ -123,24 +138,29 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 // authorized guards the events API with the bearer token; without a token
 // the API does not exist.
 func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
-	want := sha256.Sum256([]byte(s.cfg.Token))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Token == "" {
 			notFound(w, r)
 			return
 		}
-		// The auth scheme is case-insensitive (RFC 9110). Both sides are
-		// hashed so that the constant-time comparison does not leak the
-		// token's length either.
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		got := sha256.Sum256([]byte(token))
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		if !s.hasToken(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="webhook-dedup"`)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
 			return
 		}
 		next(w, r)
 	}
+}
+
+// hasToken reports whether r carries the bearer token (set: Token is not
+// empty). The auth scheme is case-insensitive (RFC 9110). Both sides are
+// hashed so that the constant-time comparison does not leak the token's
+// length either.
+func (s *Server) hasToken(r *http.Request) bool {
+	want := sha256.Sum256([]byte(s.cfg.Token))
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	got := sha256.Sum256([]byte(token))
+	return strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 func notFound(w http.ResponseWriter, _ *http.Request) {
@@ -205,9 +225,7 @@ func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
 	ev := Event{Namespace: namespace, ID: id, State: rec.State.String(), TTLSeconds: seconds(rec.TTL)}
 	if rec.State == dedup.Completed {
 		ev.Status = rec.Result.Status
-		if fp := rec.Result.Fingerprint; fp != ([32]byte{}) {
-			ev.BodySHA256 = hex.EncodeToString(fp[:])
-		}
+		ev.BodySHA256 = rec.Result.FingerprintHex()
 	}
 	if !rec.Since.IsZero() {
 		ev.AgeSeconds = seconds(now.Sub(rec.Since))
@@ -352,7 +370,7 @@ func Forget(ctx context.Context, st Forgetter, prefix, namespace, id string) (bo
 	if err != nil {
 		return false, err
 	}
-	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && fp != ([32]byte{}) {
+	if fp := rec.Result.Fingerprint; rec.State == dedup.Completed && rec.Result.FullFingerprint && rec.Result.KnownBody() {
 		if _, err := st.Forget(ctx, dedup.BodyKey(prefix, namespace, fp)); err != nil {
 			return existed, err
 		}

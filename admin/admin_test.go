@@ -132,24 +132,13 @@ func TestReadyz(t *testing.T) {
 	f := newFixture(t, "")
 	ready := func(want int, what string) map[string]string {
 		t.Helper()
-		r := f.do(t, http.MethodGet, "/readyz", "")
-		if r.status != want {
-			t.Errorf("%s: /readyz %d %s, want %d", what, r.status, r.body, want)
-		}
-		if ct := r.header.Get("Content-Type"); ct != "application/json" {
-			t.Errorf("%s: /readyz Content-Type %q, want application/json", what, ct)
-		}
-		var doc map[string]string
-		if err := json.Unmarshal(r.body, &doc); err != nil {
-			t.Errorf("%s: /readyz body %q: %v", what, r.body, err)
-		}
-		return doc
+		return readyz(t, f, "", want, what)
 	}
 
 	ready(http.StatusOK, "store up")
 	f.store.down.Store(true)
-	if doc := ready(http.StatusServiceUnavailable, "store down"); !strings.Contains(doc["error"], errDown.Error()) {
-		t.Errorf("store down: /readyz says %v; want the store's error", doc)
+	if doc := ready(http.StatusServiceUnavailable, "store down"); doc["status"] != "store unavailable" || len(doc) != 1 {
+		t.Errorf("store down: /readyz says %v; want only {\"status\":\"store unavailable\"}: the store's error names its address", doc)
 	}
 	f.store.down.Store(false)
 	ready(http.StatusOK, "store back, without a restart")
@@ -161,6 +150,40 @@ func TestReadyz(t *testing.T) {
 	if r := f.do(t, http.MethodGet, "/healthz", ""); r.status != http.StatusOK {
 		t.Errorf("draining: /healthz %d, want 200 (the process still serves)", r.status)
 	}
+}
+
+// TestReadyzDetailBehindToken: the store's error text is shown only to a
+// request carrying ADMIN_TOKEN.
+func TestReadyzDetailBehindToken(t *testing.T) {
+	f := newFixture(t, token)
+	f.store.down.Store(true)
+	if doc := readyz(t, f, "", http.StatusServiceUnavailable, "no token"); len(doc) != 1 {
+		t.Errorf("without the token: /readyz says %v; want the bare state", doc)
+	}
+	if doc := readyz(t, f, "Bearer wrong", http.StatusServiceUnavailable, "wrong token"); len(doc) != 1 {
+		t.Errorf("with a wrong token: /readyz says %v; want the bare state", doc)
+	}
+	if doc := readyz(t, f, "Bearer "+token, http.StatusServiceUnavailable, "token"); !strings.Contains(doc["error"], errDown.Error()) {
+		t.Errorf("with the token: /readyz says %v; want the store's error", doc)
+	}
+}
+
+// readyz sends GET /readyz with the Authorization header auth ("" for
+// none), checks the status, and returns the JSON it answered.
+func readyz(t *testing.T, f *fixture, auth string, want int, what string) map[string]string {
+	t.Helper()
+	r := f.do(t, http.MethodGet, "/readyz", auth)
+	if r.status != want {
+		t.Errorf("%s: /readyz %d %s, want %d", what, r.status, r.body, want)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s: /readyz Content-Type %q, want application/json", what, ct)
+	}
+	var doc map[string]string
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Errorf("%s: /readyz body %q: %v", what, r.body, err)
+	}
+	return doc
 }
 
 func TestMetrics(t *testing.T) {

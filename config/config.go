@@ -29,7 +29,7 @@ type Config struct {
 	UpstreamURL string `env:"UPSTREAM_URL" desc:"the app, e.g. http://127.0.0.1:3000 (required)"`
 	ListenAddr  string `env:"LISTEN_ADDR" envDefault:":8080" desc:"where webhooks arrive"`
 	AdminAddr   string `env:"ADMIN_ADDR" envDefault:":9090" desc:"/healthz, /readyz, /metrics and the admin API"`
-	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE, each optionally followed by ;sync or ;async (overriding DELIVERY); longest whole-segment prefix wins"`
+	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE, each optionally followed by ;sync or ;async (overriding DELIVERY); longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
 
 	// Delivery and the async workers' settings (validated in completeDelivery).
 	Delivery             proxy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
@@ -44,6 +44,7 @@ type Config struct {
 	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	DataDir   string `env:"DATA_DIR" desc:"directory of the embedded store's file (webhook-dedup.db), kept across restarts; created if missing; instead of Redis; one replica only"`
 	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
+	AppName   string `env:"APP_NAME" desc:"this deployment's identity, kept with its records in Redis (KEY_PREFIX + owner): a sidecar finding its KEY_PREFIX owned by another APP_NAME refuses to start; empty: no check"`
 
 	// Redis beyond one server: cluster, Sentinel, credentials, TLS, pool,
 	// timeouts and replication safety (validated by completeRedis).
@@ -62,14 +63,18 @@ type Config struct {
 	RedisTLSServerName    string        `env:"REDIS_TLS_SERVER_NAME" desc:"name every Redis certificate must carry; empty: the host dialled"`
 	RedisPoolSize         int           `env:"REDIS_POOL_SIZE" envDefault:"0" desc:"most connections to each Redis server; 0: ten per CPU"`
 	RedisDialTimeout      time.Duration `env:"REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"limit on opening a connection to Redis"`
-	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis command's reply; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less"`
+	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, go-redis retries and pool wait included; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less"`
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
+	RedisCheckInterval    time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`
 
 	DedupTTL        time.Duration `env:"DEDUP_TTL" desc:"lifetime of completed records on every route; empty: each preset's own (generic sources: 72h)"`
 	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
 	LeaseTTL        time.Duration `env:"LEASE_TTL" desc:"lifetime of an in-flight claim; must exceed UPSTREAM_TIMEOUT; empty: UPSTREAM_TIMEOUT + 15s"`
 	MaxBodyBytes    int64         `env:"MAX_BODY_BYTES" envDefault:"10485760" desc:"largest body read for ID extraction, signatures or fingerprints (413 beyond)"`
+	// MaxBufferedBytes is validated by completeBuffered; zero (unset) is
+	// derived from the memory limit when serving.
+	MaxBufferedBytes int64 `env:"MAX_BUFFERED_BYTES" desc:"most memory the bodies of all requests being read may take at once; beyond it, a request that must read its body gets 503 with Retry-After; at least MAX_BODY_BYTES; empty: a quarter of the container's memory limit (cgroup), or 256 MiB without one"`
 
 	OnStoreError proxy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
 	OnMissingID  proxy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
@@ -87,6 +92,8 @@ type Config struct {
 	ReadTimeout       time.Duration `env:"READ_TIMEOUT" envDefault:"30s" desc:"limit on reading a whole request, body included"`
 	IdleTimeout       time.Duration `env:"IDLE_TIMEOUT" envDefault:"120s" desc:"how long an idle keep-alive connection stays open"`
 	MaxHeaderBytes    int           `env:"MAX_HEADER_BYTES" envDefault:"65536" desc:"largest request header block (431 beyond)"`
+	// MaxConnections is validated by completeBuffered.
+	MaxConnections int `env:"MAX_CONNECTIONS" envDefault:"0" desc:"most connections the webhook listener keeps open at once, idle keep-alive ones included; more wait in the kernel's queue until one closes; 0: no limit"`
 
 	ShutdownDelay   time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s" desc:"keep serving this long after SIGTERM (while endpoints are removed)"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" desc:"then drain in-flight requests for at most this long"`
@@ -186,6 +193,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 		name string
 		d    time.Duration
 	}{
+		{"REDIS_CHECK_INTERVAL", c.RedisCheckInterval},
 		{"UPSTREAM_TIMEOUT", c.UpstreamTimeout}, {"LEASE_TTL", c.LeaseTTL},
 		{"SIGNATURE_TOLERANCE", c.SignatureTolerance}, {"READ_HEADER_TIMEOUT", c.ReadHeaderTimeout},
 		{"READ_TIMEOUT", c.ReadTimeout}, {"IDLE_TIMEOUT", c.IdleTimeout}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout},
@@ -209,6 +217,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	if c.MaxBodyBytes <= 0 {
 		bad("MAX_BODY_BYTES", "must be positive, got %d", c.MaxBodyBytes)
 	}
+	c.completeBuffered(bad)
 	if c.ReplayMaxBytes < 0 {
 		bad("REPLAY_MAX_BYTES", "must not be negative, got %d", c.ReplayMaxBytes)
 	}
@@ -576,5 +585,20 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 		} else if c.RedisTimeout > 0 && c.RedisWaitTimeout >= c.RedisTimeout {
 			bad("REDIS_WAIT_TIMEOUT", "%s must be less than REDIS_TIMEOUT (%s), which bounds the WAIT's reply", c.RedisWaitTimeout, c.RedisTimeout)
 		}
+	}
+}
+
+// completeBuffered validates the bounds on what clients may hold:
+// MAX_BUFFERED_BYTES (below MAX_BODY_BYTES, a body of the largest size
+// allowed could never be read) and MAX_CONNECTIONS.
+func (c *Config) completeBuffered(bad func(name, format string, args ...any)) {
+	if c.MaxConnections < 0 {
+		bad("MAX_CONNECTIONS", "must not be negative, got %d", c.MaxConnections)
+	}
+	switch {
+	case c.MaxBufferedBytes < 0:
+		bad("MAX_BUFFERED_BYTES", "must not be negative, got %d", c.MaxBufferedBytes)
+	case c.MaxBufferedBytes > 0 && c.MaxBodyBytes > 0 && c.MaxBufferedBytes < c.MaxBodyBytes:
+		bad("MAX_BUFFERED_BYTES", "%d is less than MAX_BODY_BYTES (%d): a body of the largest size allowed could never be read", c.MaxBufferedBytes, c.MaxBodyBytes)
 	}
 }

@@ -41,6 +41,11 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"LEASE_TTL": "5s"}, "LEASE_TTL"},
 		{map[string]string{"MAX_BODY_BYTES": "-1"}, "MAX_BODY_BYTES"},
 		{map[string]string{"MAX_BODY_BYTES": "lots"}, "MAX_BODY_BYTES"},
+		{map[string]string{"MAX_BUFFERED_BYTES": "-1"}, "MAX_BUFFERED_BYTES"},
+		{map[string]string{"MAX_CONNECTIONS": "-1"}, "MAX_CONNECTIONS"},
+		{map[string]string{"MAX_CONNECTIONS": "many"}, "MAX_CONNECTIONS"},
+		{map[string]string{"MAX_BUFFERED_BYTES": "64MiB"}, "MAX_BUFFERED_BYTES"},
+		{map[string]string{"MAX_BUFFERED_BYTES": "1048576"}, "MAX_BUFFERED_BYTES"}, // less than MAX_BODY_BYTES
 		{map[string]string{"ON_STORE_ERROR": "ignore"}, "ON_STORE_ERROR"},
 		{map[string]string{"ON_MISSING_ID": "drop"}, "ON_MISSING_ID"},
 		{map[string]string{"INFLIGHT_STATUS": "200"}, "INFLIGHT_STATUS"},
@@ -220,5 +225,27 @@ func TestEveryProblemOnce(t *testing.T) {
 	_, err = Load(map[string]string{"UPSTREAM_URL": "http://a:1", "STANDARD_WEBHOOKS_SECRET": "not-a-secret"})
 	if err == nil || !strings.Contains(err.Error(), "ROUTES: /=auto") || !strings.Contains(err.Error(), "STANDARD_WEBHOOKS_SECRET") {
 		t.Errorf("a malformed secret on the default route: %v", err)
+	}
+}
+
+func TestMaxBufferedBytes(t *testing.T) {
+	for _, tc := range []struct {
+		set  map[string]string
+		want int64
+	}{
+		{nil, 0}, // derived from the memory limit when serving
+		{map[string]string{"MAX_BUFFERED_BYTES": "10485760"}, 10 << 20},
+		{map[string]string{"MAX_BUFFERED_BYTES": "4096", "MAX_BODY_BYTES": "4096"}, 4096},
+	} {
+		env := base()
+		for k, v := range tc.set {
+			env[k] = v
+		}
+		cfg, err := Load(env)
+		if err != nil {
+			t.Errorf("Load(%v): %v", tc.set, err)
+		} else if cfg.MaxBufferedBytes != tc.want {
+			t.Errorf("Load(%v): MaxBufferedBytes = %d, want %d", tc.set, cfg.MaxBufferedBytes, tc.want)
+		}
 	}
 }

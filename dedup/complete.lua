@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Replaces the in-flight record of KEYS[1] with the completed record ARGV[2],
 -- kept for ARGV[3] milliseconds, only if the key is still in flight under
 -- the caller's token (the record starts with ARGV[1] = tag + token).
@@ -14,3 +15,7 @@ if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
+-- allow-oom (the first line; Redis 7): a completion overwrites an in-flight
+-- record with one about as small, and refusing it on a full Redis would
+-- leave the event in flight, to be forwarded again once its lease ends,
+-- after the app has acted on it.

@@ -50,7 +50,10 @@ type RedisConfig struct {
 	PoolSize int
 	// DialTimeout bounds opening a connection. Zero: 2s.
 	DialTimeout time.Duration
-	// Timeout bounds writing a command and reading its reply. Zero: 1s.
+	// Timeout bounds each store operation (Claim, Release, Lookup,
+	// Forget, Ping, and each of Complete's attempts), go-redis's retries
+	// and its wait for a pooled connection included; with WaitReplicas,
+	// WaitTimeout is added. Zero: 1s.
 	Timeout time.Duration
 
 	// WaitReplicas is how many replicas must acknowledge a won claim and a
@@ -62,9 +65,16 @@ type RedisConfig struct {
 	// WaitTimeout bounds each WAIT. Zero: 250ms.
 	WaitTimeout time.Duration
 
-	// KeyPrefix is KEY_PREFIX: the async queue's keys, and the records of
-	// async events, are named under the hash tag {KeyPrefix} (see
-	// redisqueue.go). Empty: {webhook-dedup}.
+	// AppName, if not empty, is the identity of the deployment whose
+	// records these are (APP_NAME): the store makes it the owner of
+	// KeyPrefix, and refuses claims, lookups and pings (ErrPrefixOwned)
+	// when another app owns it. Empty: no check.
+	AppName string
+	// KeyPrefix is the prefix of the store's keys (KEY_PREFIX). The owner
+	// key is OwnerKey(KeyPrefix), checked only with AppName; the async
+	// queue's keys, and the records of async events, are named under the
+	// hash tag {KeyPrefix} (see redisqueue.go). Empty: the tag
+	// {webhook-dedup}.
 	KeyPrefix string
 	// Logger is told when the async queue's consumer group had to be
 	// created again (Redis lost data). Nil: nothing is logged.
@@ -118,6 +128,15 @@ func OpenRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	s.waitReplicas = cfg.WaitReplicas
 	s.waitTimeout = orDefault(cfg.WaitTimeout, defaultWaitTimeout)
+	s.appName, s.ownerKey = cfg.AppName, OwnerKey(cfg.KeyPrefix)
+	// Timeout bounds a whole operation, not only each read: go-redis's
+	// retries (a timed-out call is sent again) and its wait for a pooled
+	// connection would otherwise stretch it to several times that. With
+	// WAIT, an operation is two round trips.
+	s.opTimeout = orDefault(cfg.Timeout, defaultTimeout)
+	if cfg.WaitReplicas > 0 {
+		s.opTimeout += s.waitTimeout
+	}
 	// One server, and no WAIT (which needs each write's own connection):
 	// scripts share round trips while others are in flight.
 	if c, ok := client.(*redis.Client); ok && cfg.URL != "" && cfg.WaitReplicas == 0 {

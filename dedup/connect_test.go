@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,9 @@ var aclUser = []string{"--user", "dedup", "on", ">s3cret", "~dedup-test:*", "~tl
 // counts the replica of the master that holds the key.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
-	cl := redistest.NewCluster(t, redistest.ClusterConfig{ReplicasPerMaster: 1, Args: aclUser})
+	// +info, as the README advises, for the monitor and readiness (the
+	// TLS test's user goes without it).
+	cl := redistest.NewCluster(t, redistest.ClusterConfig{ReplicasPerMaster: 1, Args: slices.Concat(aclUser, []string{"+info"})})
 	// Two seeds: the client discovers the other nodes.
 	seeds := cl.Addrs()[:2]
 	t.Run("conformance", func(t *testing.T) {
@@ -53,6 +56,26 @@ func TestRedisCluster(t *testing.T) {
 	})
 	t.Run("conformance waiting for one replica, as an ACL user", func(t *testing.T) {
 		testStore(t, open(t, RedisConfig{ClusterAddrs: seeds, Username: "dedup", Password: "s3cret", WaitReplicas: 1, WaitTimeout: ackTimeout}))
+	})
+	t.Run("INFO from every master, as an ACL user", func(t *testing.T) {
+		s := open(t, RedisConfig{ClusterAddrs: seeds, Username: "dedup", Password: "s3cret"})
+		infos, err := s.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs := map[string]bool{}
+		for _, info := range infos {
+			if info.RunID == "" || info.Policy == "" || info.UsedMemory == 0 {
+				t.Errorf("INFO of %s: %+v; want run_id, maxmemory_policy and used_memory", info.Addr, info)
+			}
+			addrs[info.Addr] = true
+		}
+		if len(addrs) != 3 {
+			t.Errorf("INFO from %d masters (%v), want all 3", len(addrs), addrs)
+		}
+		if err := s.Ping(context.Background()); err != nil {
+			t.Error(err)
+		}
 	})
 	t.Run("client kind", func(t *testing.T) {
 		s := open(t, RedisConfig{ClusterAddrs: seeds})
@@ -232,7 +255,8 @@ func TestRedisTLS(t *testing.T) {
 	t.Parallel()
 	certs := redistest.NewCerts(t)
 	// The default user may only PING (the fixture's readiness check), so
-	// every store call proves the ACL user is the one logged in.
+	// every store call proves the ACL user is the one logged in. The user
+	// may not send INFO: Ping then checks with PING alone.
 	srv := redistest.NewTLS(t, certs, append([]string{"--user", "default", "on", "nopass", "-@all", "+ping"}, aclUser...)...)
 	good := RedisConfig{
 		URL: srv.URL(), Username: "dedup", Password: "s3cret",

@@ -3,6 +3,7 @@
 package dedup
 
 import (
+	"encoding/hex"
 	"errors"
 	"time"
 )
@@ -65,10 +66,42 @@ type Result struct {
 	// Status is the upstream's HTTP status code.
 	Status int
 	// Fingerprint is the SHA-256 of the request body. All zero if unknown.
+	// The Redis store keeps only its first FingerprintPrefixLen bytes
+	// (the rest read back as zero) unless FullFingerprint is set; compare
+	// with SameBody.
 	Fingerprint [32]byte
+	// FullFingerprint asks the store to keep the whole Fingerprint, for a
+	// caller that finds other records by it (DEDUP_BODY_FINGERPRINT's
+	// body keys). A record read back says whether it holds the whole one.
+	FullFingerprint bool
 	// ContentType and Body are kept only when responses are replayed; empty otherwise.
 	ContentType string
 	Body        []byte
+}
+
+// SameBody reports whether sum, the SHA-256 of a body, matches
+// Fingerprint as far as the record kept it.
+func (r Result) SameBody(sum [32]byte) bool {
+	if r.FullFingerprint {
+		return r.Fingerprint == sum
+	}
+	return [FingerprintPrefixLen]byte(r.Fingerprint[:]) == [FingerprintPrefixLen]byte(sum[:])
+}
+
+// KnownBody reports whether the record holds a fingerprint at all.
+func (r Result) KnownBody() bool { return r.Fingerprint != [32]byte{} }
+
+// FingerprintHex is the hex form of as much of Fingerprint as the record
+// kept, or "" if it holds none.
+func (r Result) FingerprintHex() string {
+	switch {
+	case !r.KnownBody():
+		return ""
+	case r.FullFingerprint:
+		return hex.EncodeToString(r.Fingerprint[:])
+	default:
+		return hex.EncodeToString(r.Fingerprint[:FingerprintPrefixLen])
+	}
 }
 
 // Record is the current state of one key.

@@ -373,7 +373,7 @@ func (d *Disk) Complete(ctx context.Context, c Claim, res Result, ttl time.Durat
 		if !owned {
 			return nil
 		}
-		return b.put([]byte(c.Key), now.Add(ttl).UnixMilli(), encodeCompleted(res, now.UnixMilli()))
+		return b.put([]byte(c.Key), now.Add(ttl).UnixMilli(), encodeCompleted(res, now.Unix()))
 	})
 	if err == nil && !owned {
 		err = ErrNotOwner
@@ -635,7 +635,7 @@ func (d *Disk) Succeed(ctx context.Context, dl Delivery, res Result, ttl time.Du
 		a.lastStatus = res.Status
 		a.lastError = ""
 		a.result = res
-		a.completed = now.UnixMilli()
+		a.completed = now.Unix()
 		return a, now.Add(ttl).UnixMilli(), nil
 	})
 }
@@ -806,7 +806,7 @@ func (d *Disk) Stats(ctx context.Context) (QueueStats, error) {
 
 // An async event's record on disk, one binary value (integers big-endian):
 //
-//	[0]      tag 0x03
+//	[0]      tag 0x10
 //	[1]      state (Queued, Delivering, Failed or Completed)
 //	[2:18]   the delivery's claim token (Delivering), else zero
 //	[18:26]  accepted at, unix ms
@@ -816,7 +816,9 @@ func (d *Disk) Stats(ctx context.Context) (QueueStats, error) {
 //	         uvarint attempts, then the last error (uvarint length, text)
 //	         Completed only: the completed record (encodeCompleted) to the end
 const (
-	tagAsync      = 0x03
+	// tagAsync follows the sync records' tags (encoding.go), leaving
+	// room for more of them.
+	tagAsync      = 0x10
 	asyncFixedLen = 36
 )
 
@@ -828,7 +830,8 @@ type asyncRecord struct {
 	lastStatus int
 	attempts   int
 	lastError  string
-	// result and completed are the outcome of a completed event.
+	// result and completed (unix seconds, as a sync completion's) are the
+	// outcome of a completed event.
 	result    Result
 	completed int64
 }
@@ -875,7 +878,7 @@ func decodeAsync(v []byte) (asyncRecord, error) {
 		if err != nil || rec.State != Completed {
 			return asyncRecord{}, fmt.Errorf("%w: completed async record without its result", errBadRecord)
 		}
-		a.result, a.completed = rec.Result, rec.Since.UnixMilli()
+		a.result, a.completed = rec.Result, rec.Since.Unix()
 	default:
 		return asyncRecord{}, fmt.Errorf("%w: async state %d", errBadRecord, a.state)
 	}
@@ -898,7 +901,7 @@ func (a asyncRecord) record(now int64) Record {
 	case Failed:
 		rec.Since = time.UnixMilli(a.at)
 	case Completed:
-		rec.Since = time.UnixMilli(a.completed)
+		rec.Since = time.Unix(a.completed, 0)
 		rec.Result = a.result
 	}
 	return rec

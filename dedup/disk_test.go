@@ -129,7 +129,7 @@ func TestDiskSweep(t *testing.T) {
 func FuzzDecodeAsync(f *testing.F) {
 	f.Add(encodeAsync(asyncRecord{state: Queued, accepted: 1, at: 2}))
 	f.Add(encodeAsync(asyncRecord{state: Delivering, token: newToken(), attempts: 3, lastStatus: 503, lastError: "x"}))
-	f.Add(encodeAsync(asyncRecord{state: Completed, result: replayed, completed: 1_700_000_000_000, attempts: 1}))
+	f.Add(encodeAsync(asyncRecord{state: Completed, result: replayed, completed: 1_700_000_000, attempts: 1}))
 	f.Add(encodeAsync(asyncRecord{state: Failed, at: 5, lastError: "gave up"}))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		a, err := decodeAsync(v)

@@ -3,6 +3,7 @@ package dedup
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"strings"
@@ -11,22 +12,26 @@ import (
 )
 
 func TestEncodingRoundTrip(t *testing.T) {
-	since := time.UnixMilli(1_700_000_000_123)
+	since := time.Unix(1_700_000_000, 0)
+	fp := sha256.Sum256([]byte("b"))
+	var prefix [32]byte // what a 5-byte record reads back
+	copy(prefix[:], fp[:FingerprintPrefixLen])
 	for _, tc := range []struct {
-		name string
-		res  Result
-		size int
+		name      string
+		res, want Result
+		size      int
 	}{
-		{"status only", Result{Status: 200}, completedLen},
-		{"fingerprint", Result{Status: 204, Fingerprint: sha256.Sum256([]byte("b"))}, completedLen},
-		{"largest status", Result{Status: 65535}, completedLen},
-		{"replayed", replayed, completedLen + 1 + len(replayed.ContentType) + len(replayed.Body)},
-		{"content type only", Result{Status: 200, ContentType: "text/plain"}, completedLen + 1 + len("text/plain")},
-		{"body only", Result{Status: 200, Body: []byte("ok")}, completedLen + 1 + 2},
-		{"long content type", Result{Status: 200, ContentType: strings.Repeat("x", 300)}, completedLen + 2 + 300},
+		{"status only", Result{Status: 200}, Result{Status: 200}, completedLen},
+		{"fingerprint prefix", Result{Status: 204, Fingerprint: fp}, Result{Status: 204, Fingerprint: prefix}, completedLen},
+		{"whole fingerprint", Result{Status: 204, Fingerprint: fp, FullFingerprint: true}, Result{Status: 204, Fingerprint: fp, FullFingerprint: true}, completedFullLen},
+		{"largest status", Result{Status: 65535}, Result{Status: 65535}, completedLen},
+		{"replayed", withFull(replayed), withFull(replayed), completedFullLen + 1 + len(replayed.ContentType) + len(replayed.Body)},
+		{"content type only", Result{Status: 200, ContentType: "text/plain"}, Result{Status: 200, ContentType: "text/plain"}, completedLen + 1 + len("text/plain")},
+		{"body only", Result{Status: 200, Body: []byte("ok")}, Result{Status: 200, Body: []byte("ok")}, completedLen + 1 + 2},
+		{"long content type", Result{Status: 200, ContentType: strings.Repeat("x", 300)}, Result{Status: 200, ContentType: strings.Repeat("x", 300)}, completedLen + 2 + 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := encodeCompleted(tc.res, since.UnixMilli())
+			v := encodeCompleted(tc.res, since.Unix())
 			if len(v) != tc.size {
 				t.Errorf("encoded in %d bytes, want %d", len(v), tc.size)
 			}
@@ -34,9 +39,12 @@ func TestEncodingRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Record{State: Completed, Result: tc.res, Since: since}
+			want := Record{State: Completed, Result: tc.want, Since: since}
 			if !reflect.DeepEqual(rec, want) {
 				t.Errorf("decoded %+v, want %+v", rec, want)
+			}
+			if tc.res.KnownBody() && !rec.Result.SameBody(tc.res.Fingerprint) {
+				t.Errorf("decoded fingerprint %x is not the same body as %x", rec.Result.Fingerprint, tc.res.Fingerprint)
 			}
 		})
 	}
@@ -56,6 +64,47 @@ func TestEncodingRoundTrip(t *testing.T) {
 	})
 }
 
+func withFull(r Result) Result {
+	r.FullFingerprint = true
+	return r
+}
+
+// encodeV1 is how earlier versions wrote a completed record (tag 0x02, time
+// in milliseconds, the whole SHA-256), which Redis may still hold for a
+// whole retry window after an upgrade.
+func encodeV1(res Result, sinceMillis int64) []byte {
+	b := []byte{tagCompletedV1}
+	b = binary.BigEndian.AppendUint16(b, uint16(res.Status))
+	b = binary.BigEndian.AppendUint64(b, uint64(sinceMillis))
+	b = append(b, res.Fingerprint[:]...)
+	if res.ContentType != "" || len(res.Body) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(res.ContentType)))
+		b = append(b, res.ContentType...)
+		b = append(b, res.Body...)
+	}
+	return b
+}
+
+// TestDecodeEarlierRecords: records written before the compact encoding
+// still read as what they held.
+func TestDecodeEarlierRecords(t *testing.T) {
+	since := time.UnixMilli(1_700_000_000_123)
+	for _, res := range []Result{{Status: 200}, {Status: 201, Fingerprint: sha256.Sum256([]byte("x"))}, replayed} {
+		v := encodeV1(res, since.UnixMilli())
+		if len(v) < completedV1Len {
+			t.Fatalf("earlier record of %d bytes, want at least %d", len(v), completedV1Len)
+		}
+		rec, err := decodeRecord(string(v))
+		if err != nil {
+			t.Fatalf("decode earlier %x: %v", v, err)
+		}
+		want := Record{State: Completed, Result: withFull(res), Since: since}
+		if !reflect.DeepEqual(rec, want) {
+			t.Errorf("decoded earlier record %+v, want %+v", rec, want)
+		}
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	completed := string(encodeCompleted(Result{Status: 200}, 1))
 	for _, tc := range []struct{ name, v string }{
@@ -65,6 +114,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"short in-flight", string(encodeInFlight(newToken(), 1)[:inFlightLen-1])},
 		{"long in-flight", string(encodeInFlight(newToken(), 1)) + "x"},
 		{"short completed", completed[:completedLen-1]},
+		{"short whole-fingerprint record", string(encodeCompleted(Result{Status: 200, FullFingerprint: true}, 1)[:completedFullLen-1])},
+		{"short earlier record", string(encodeV1(Result{Status: 200}, 1)[:completedV1Len-1])},
 		{"content type past the end", completed + "\x05abc"},
 		{"unterminated length", completed + "\xff"},
 		{"length overflow", completed + "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"},
@@ -83,7 +134,9 @@ func TestDecodeRejects(t *testing.T) {
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(string(encodeCompleted(Result{Status: 200}, 1)))
 	f.Add(string(encodeCompleted(replayed, 1_700_000_000_000)))
-	f.Add(string(encodeCompleted(Result{Status: 200, Body: []byte("x")}, -1)))
+	f.Add(string(encodeCompleted(Result{Status: 200, Body: []byte("x")}, 1)))
+	f.Add(string(encodeCompleted(withFull(replayed), 1_700_000_000)))
+	f.Add(string(encodeV1(replayed, 1_700_000_000_000)))
 	f.Add(string(encodeInFlight(newToken(), 1_700_000_000_000)))
 	f.Add("")
 	f.Add("\x02")
@@ -98,7 +151,10 @@ func FuzzDecodeRecord(f *testing.F) {
 		if rec.State != Completed {
 			return
 		}
-		again, err := decodeRecord(string(encodeCompleted(rec.Result, rec.Since.UnixMilli())))
+		if v[0] == tagCompletedV1 {
+			return // re-encoded in the current form, which keeps whole seconds
+		}
+		again, err := decodeRecord(string(encodeCompleted(rec.Result, rec.Since.Unix())))
 		if err != nil {
 			t.Fatalf("re-encoding %+v: %v", rec, err)
 		}

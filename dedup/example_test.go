@@ -34,7 +34,7 @@ func ExampleNewMemory() {
 		panic(err)
 	}
 	fmt.Println("retry finds:", rec.State, rec.Result.Status)
-	fmt.Println("same body:", rec.Result.Fingerprint == sha256.Sum256(body))
+	fmt.Println("same body:", rec.Result.SameBody(sha256.Sum256(body)))
 	// Output:
 	// first delivery finds: absent
 	// retry finds: completed 200

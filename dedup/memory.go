@@ -200,6 +200,7 @@ func (sh *memoryShard) record(k memoryKey, e memoryEntry, now instant) Record {
 	if e.state == Completed {
 		rec.Result.Status = int(e.status)
 		rec.Result.Fingerprint = e.data
+		rec.Result.FullFingerprint = true // it keeps all of it
 	}
 	if e.replayed {
 		r := sh.replays[k]

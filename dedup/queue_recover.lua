@@ -7,7 +7,10 @@ for _, k in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   local a = ARGV[1] .. k
   local s = redis.call('HGET', a, 's')
   local e = redis.call('HGET', a, 'e')
-  local present = e and e ~= '' and #redis.call('XRANGE', KEYS[1], e, e) > 0
+  -- Present only if the entry is this event's: a stream created again
+  -- within the same millisecond can reuse an ID another event held.
+  local entry = e and e ~= '' and redis.call('XRANGE', KEYS[1], e, e)[1]
+  local present = entry and entry[2][2] == k
   local retrying = s == '3' and redis.call('ZSCORE', KEYS[3], k)
   if present or retrying then
     -- Delivered again from the stream, or from the retries.

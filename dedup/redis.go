@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +30,11 @@ var (
 
 	claimScript    = redis.NewScript(claimLua)
 	completeScript = redis.NewScript(completeLua)
-	releaseScript  = redis.NewScript(releaseLua)
-	lookupScript   = redis.NewScript(lookupLua)
+	// completeCompatScript is complete.lua without its flags line, for
+	// Redis before 7, which reads a script's first line as Lua.
+	completeCompatScript = redis.NewScript(completeLua[strings.IndexByte(completeLua, '\n')+1:])
+	releaseScript        = redis.NewScript(releaseLua)
+	lookupScript         = redis.NewScript(lookupLua)
 )
 
 // Client is what the Redis store needs from go-redis. *redis.Client (also
@@ -54,6 +59,24 @@ type Redis struct {
 	waitReplicas int
 	// waitTimeout bounds each WAIT.
 	waitTimeout time.Duration
+	// completeFlagged is complete.lua with its flags line (a field so a
+	// test can stand in a script an older server cannot compile).
+	completeFlagged *redis.Script
+	// opTimeout bounds each operation (each attempt, for Complete's
+	// retries), go-redis's own retries and its wait for a pooled
+	// connection included; zero: only the caller's ctx bounds it.
+	opTimeout time.Duration
+	// lateReleases holds a slot for each background release of a claim
+	// whose answer was lost (see releaseLate); when all are taken, such a
+	// claim is left to its lease.
+	lateReleases chan struct{}
+	// appName, if not empty, must be the owner of the key prefix, kept
+	// in ownerKey (see CheckOwner); owner is what the check found.
+	appName, ownerKey string
+	owner             atomic.Int32
+	// noScriptFlags is set once the server refused complete.lua's flags
+	// line (Redis before 7): from then on completions run without them.
+	noScriptFlags atomic.Bool
 
 	// The async queue (redisqueue.go): its keys, this process's name in
 	// the consumer group, where to say the group was lost.
@@ -75,7 +98,10 @@ type Redis struct {
 // NewRedis returns a store that uses c, with its async queue named under
 // the hash tag {webhook-dedup}. Close closes c.
 func NewRedis(c Client) *Redis {
-	return &Redis{client: c, scripts: c, queue: newQueueKeys(""), consumer: consumerName(), log: zap.NewNop()}
+	return &Redis{
+		client: c, scripts: c, completeFlagged: completeScript, lateReleases: make(chan struct{}, maxLateReleases),
+		queue: newQueueKeys(""), consumer: consumerName(), log: zap.NewNop(),
+	}
 }
 
 // Close closes the client, if it can be closed.
@@ -96,6 +122,9 @@ func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Cla
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	if err := checkDuration("lease", lease); err != nil {
+		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	}
+	if err := s.checkedOwner(ctx); err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	for range 2 {
@@ -121,27 +150,38 @@ func (s *Redis) claim(ctx context.Context, key string, lease time.Duration) (c C
 	tok := newToken()
 	value := encodeInFlight(tok, time.Now().UnixMilli())
 	var v any
-	err = s.onMaster(ctx, key, func(c redis.Scripter, replicate func() error) error {
+	octx, cancel := s.bound(ctx)
+	defer cancel()
+	err = s.onMaster(octx, key, func(c redis.Scripter, replicate func() error) error {
 		var err error
-		v, err = claimScript.Run(ctx, c, []string{key}, value, millis(lease)).Result()
+		v, err = claimScript.Run(octx, c, []string{key}, value, millis(lease)).Result()
 		if err != nil || !won(v) {
 			return err
 		}
 		if err := replicate(); err != nil {
 			// Give the claim up at once: kept, it would answer the
 			// sender's retries in-flight until the lease expires.
-			_ = releaseScript.Run(ctx, c, []string{key}, ownerPrefix(tok)).Err()
+			if rerr := releaseScript.Run(octx, c, []string{key}, ownerPrefix(tok)).Err(); rerr != nil {
+				s.releaseLate(key, tok, lease)
+			}
 			return err
 		}
 		return nil
 	})
+	if err != nil && mayHaveRun(err) {
+		// The claim may have been written and only its answer lost (a
+		// stalled Redis runs it once it wakes up): the caller is told it
+		// failed, so give the key up rather than leave it in flight,
+		// answering the sender's retries 409 for the whole lease.
+		s.releaseLate(key, tok, lease)
+	}
 	if err != nil {
 		return Claim{}, Record{}, false, err
 	}
 	if won(v) {
 		return Claim{Key: key, Token: hex.EncodeToString(tok[:])}, Record{State: Absent}, true, nil
 	}
-	rec, found, err = s.heldBy(ctx, key, v)
+	rec, found, err = s.heldBy(octx, key, v)
 	return Claim{}, rec, found, err
 }
 
@@ -175,10 +215,12 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 	}
 	// The same value on every attempt: the script accepts it again if an
 	// earlier attempt wrote it but its answer was lost.
-	value := encodeCompleted(res, time.Now().UnixMilli())
+	value := encodeCompleted(res, time.Now().Unix())
 	err := retry(ctx, func(ctx context.Context) error {
-		return s.onMaster(ctx, c.Key, func(conn redis.Scripter, replicate func() error) error {
-			n, err := completeScript.Run(ctx, conn, []string{c.Key}, ownerPrefix(tok), value, millis(ttl)).Int64()
+		octx, cancel := s.bound(ctx)
+		defer cancel()
+		err := s.onMaster(octx, c.Key, func(conn redis.Scripter, replicate func() error) error {
+			n, err := s.complete(octx, conn, c.Key, ownerPrefix(tok), value, millis(ttl))
 			if err != nil {
 				return err
 			}
@@ -187,11 +229,35 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 			}
 			return replicate()
 		})
+		if err != nil && octx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w: %w", errAttemptTimedOut, err)
+		}
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
 	}
 	return nil
+}
+
+// complete runs complete.lua: with its allow-oom flag, unless the server
+// does not know script flags.
+func (s *Redis) complete(ctx context.Context, conn redis.Scripter, key string, args ...any) (int64, error) {
+	if !s.noScriptFlags.Load() {
+		n, err := s.completeFlagged.Run(ctx, conn, []string{key}, args...).Int64()
+		if !flagsRefused(err) {
+			return n, err
+		}
+		s.noScriptFlags.Store(true)
+	}
+	return completeCompatScript.Run(ctx, conn, []string{key}, args...).Int64()
+}
+
+// flagsRefused reports whether err is a server before Redis 7 failing to
+// compile a script that starts with a "#!lua flags=" line.
+func flagsRefused(err error) bool {
+	var answered redis.Error
+	return errors.As(err, &answered) && strings.Contains(err.Error(), "Error compiling script")
 }
 
 // Release deletes c's in-flight record so the event can be claimed again.
@@ -204,7 +270,9 @@ func (s *Redis) Release(ctx context.Context, c Claim) error {
 	if !ok {
 		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
 	}
-	n, err := releaseScript.Run(ctx, s.scripts, []string{c.Key}, ownerPrefix(tok)).Int64()
+	octx, cancel := s.bound(ctx)
+	defer cancel()
+	n, err := releaseScript.Run(octx, s.scripts, []string{c.Key}, ownerPrefix(tok)).Int64()
 	if err != nil {
 		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
 	}
@@ -219,14 +287,19 @@ func (s *Redis) Lookup(ctx context.Context, key string) (Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
-	v, err := lookupScript.Run(ctx, s.scripts, []string{key}).Result()
+	if err := s.checkedOwner(ctx); err != nil {
+		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
+	}
+	octx, cancel := s.bound(ctx)
+	defer cancel()
+	v, err := lookupScript.Run(octx, s.scripts, []string{key}).Result()
 	if errors.Is(err, redis.Nil) {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, ErrNotFound)
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
-	rec, found, err := s.heldBy(ctx, key, v)
+	rec, found, err := s.heldBy(octx, key, v)
 	if err == nil && !found {
 		err = ErrNotFound
 	}
@@ -242,9 +315,11 @@ func (s *Redis) Forget(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
 	}
+	octx, cancel := s.bound(ctx)
+	defer cancel()
 	// GETDEL, not DEL: only the marker of an async event sends Forget to
 	// the queue's keys, which a sync-only deployment's ACL may not cover.
-	old, err := s.client.Do(ctx, "GETDEL", key).Text()
+	old, err := s.client.Do(octx, "GETDEL", key).Text()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
@@ -254,22 +329,108 @@ func (s *Redis) Forget(ctx context.Context, key string) (bool, error) {
 	if old != asyncMarker {
 		return true, nil
 	}
-	n, err := queueForgetScript.Run(ctx, s.scripts, s.queue.settleKeys(key), queueGroup, key).Int64()
+	n, err := queueForgetScript.Run(octx, s.scripts, s.queue.settleKeys(key), queueGroup, key).Int64()
 	if err != nil {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
 	}
 	return n > 0, nil
 }
 
-// Ping checks that Redis answers.
+// Ping checks that Redis answers and accepts writes (ErrOutOfMemory when
+// it refuses them), and that the key prefix is this app's
+// (ErrPrefixOwned).
 func (s *Redis) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}
-	if err := s.client.Ping(ctx).Err(); err != nil {
+	octx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.client.Ping(octx).Err(); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	if err := s.writable(ctx); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	if err := s.checkedOwner(ctx); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}
 	return nil
+}
+
+// bound limits ctx to one operation's time (opTimeout).
+func (s *Redis) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.opTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.opTimeout)
+}
+
+// maxLateReleases bounds the background releases under way at once: in a
+// long stall, a busy proxy would otherwise start one per failed claim.
+const maxLateReleases = 1024
+
+// lateReleaseFor bounds how long a background release keeps trying.
+const lateReleaseFor = 30 * time.Second
+
+// mayHaveRun reports whether a failed call may still have reached Redis,
+// or may yet: its answer timed out or was cut off, or the caller gave up
+// waiting. Not an answer from Redis (which says what was done), a closed
+// client, or a connection that was never opened.
+func mayHaveRun(err error) bool {
+	var answered redis.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &answered), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
+		errors.Is(err, ErrNotReplicated): // the claim was answered; Claim released it
+		return false
+	case errors.As(err, &op) && op.Op == "dial":
+		return false
+	}
+	return true
+}
+
+// releaseLate gives up, in the background, a claim of key under tok whose
+// answer was lost, for as long as its lease and lateReleaseFor allow. The
+// claim may land only when a stalled Redis wakes up, so one answer that
+// the key is not tok's is not taken as final: the release is tried again
+// until that answer comes twice, opTimeout apart, by which time a claim
+// still queued on another connection has run.
+func (s *Redis) releaseLate(key string, tok [tokenLen]byte, lease time.Duration) {
+	select {
+	case s.lateReleases <- struct{}{}:
+	default:
+		return // enough already under way: the lease bounds this one
+	}
+	go func() {
+		defer func() { <-s.lateReleases }()
+		ctx, cancel := context.WithTimeout(context.Background(), min(lease, lateReleaseFor))
+		defer cancel()
+		pause := 50 * time.Millisecond
+		var notOurs time.Time
+		for {
+			octx, cancelOp := s.bound(ctx)
+			n, err := releaseScript.Run(octx, s.client, []string{key}, ownerPrefix(tok)).Int64()
+			cancelOp()
+			switch {
+			case err == nil && n == 1:
+				return
+			case err == nil && notOurs.IsZero():
+				notOurs = time.Now()
+			case err == nil && time.Since(notOurs) >= s.opTimeout:
+				return
+			case errors.Is(err, redis.ErrClosed):
+				return
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			pause = min(2*pause, time.Second)
+		}
+	}()
 }
 
 // recordWithTTL decodes the {value, pttl} pair the claim and lookup scripts
@@ -341,6 +502,10 @@ func (s *Redis) master(ctx context.Context, key string) (*redis.Client, error) {
 	}
 }
 
+// errAttemptTimedOut marks an attempt cut short by opTimeout while its
+// caller's context lasts: worth another try.
+var errAttemptTimedOut = errors.New("attempt timed out")
+
 // completeRetryFor bounds Complete's retries: long enough to ride out a
 // failover, short enough that the sender, who waits for the answer, is
 // not kept long.
@@ -382,7 +547,7 @@ func retry(ctx context.Context, op func(ctx context.Context) error) error {
 // or replicas were slow to acknowledge.
 func transient(err error) bool {
 	switch {
-	case errors.Is(err, ErrNotReplicated):
+	case errors.Is(err, ErrNotReplicated), errors.Is(err, errAttemptTimedOut):
 		return true
 	case errors.Is(err, ErrNotOwner), errors.Is(err, errBadRecord), errors.Is(err, redis.ErrClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,6 +196,151 @@ func TestRedisClaimRetryKeepsOwnership(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Errorf("run #%d = %d, %v; want 1 (owned)", i+1, n, err)
 		}
+	}
+}
+
+// fillRedis makes Redis out of memory, as a noeviction Redis that filled
+// up is: it writes 1 MB of keys without a TTL, then sets maxmemory below
+// what is used, so every write that can grow memory is refused.
+func fillRedis(t *testing.T, raw *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	p := raw.Pipeline()
+	for i := range 1000 {
+		p.Set(ctx, "filler:"+strconv.Itoa(i), strings.Repeat("x", 1000), 0)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	used := usedMemory(t, raw)
+	if err := raw.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-500_000, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Set(ctx, "filler:more", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("SET on the filled Redis = %v, want an OOM error", err)
+	}
+}
+
+// TestRedisCompleteWhenFull: on a full Redis with noeviction a new claim is
+// refused, but a claim already taken can still be completed: its record
+// replaces one about as large, and refusing it would leave an event the
+// app processed in flight, to be forwarded again when its lease ends.
+func TestRedisCompleteWhenFull(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := context.Background()
+	c, _ := mustClaim(t, s, "full:done", lease)
+	fillRedis(t, raw)
+	if _, _, err := s.Claim(ctx, "full:new", lease); err == nil {
+		t.Error("a new claim on a full Redis succeeded; want Redis's OOM error")
+	}
+	if err := s.Complete(ctx, c, Result{Status: 200, Fingerprint: replayed.Fingerprint}, keep); err != nil {
+		t.Fatalf("Complete on a full Redis: %v", err)
+	}
+	if rec, err := s.Lookup(ctx, "full:done"); err != nil || rec.State != Completed {
+		t.Errorf("after Complete: %v, %v; want completed", rec.State, err)
+	}
+	if s.noScriptFlags.Load() {
+		t.Error("Redis 7 refused complete.lua's flags")
+	}
+}
+
+// TestRedisCompleteWithoutScriptFlags: a server that cannot compile the
+// flags line (Redis before 7, simulated by a flagged script that does not
+// compile) still completes, with the plain script from then on.
+func TestRedisCompleteWithoutScriptFlags(t *testing.T) {
+	s := openRedis(t, redistest.New(t))
+	s.completeFlagged = redis.NewScript("#!lua flags=allow-oom\nthis is not lua")
+	ctx := context.Background()
+	for i := range 2 {
+		key := "noflags:" + strconv.Itoa(i)
+		c, _ := mustClaim(t, s, key, lease)
+		if err := s.Complete(ctx, c, Result{Status: 200}, keep); err != nil {
+			t.Fatalf("Complete #%d: %v", i+1, err)
+		}
+		if rec, err := s.Lookup(ctx, key); err != nil || rec.State != Completed {
+			t.Errorf("after Complete #%d: %v, %v; want completed", i+1, rec.State, err)
+		}
+	}
+	if !s.noScriptFlags.Load() {
+		t.Error("the store did not fall back to the script without flags")
+	}
+}
+
+// stall makes srv (started with --enable-debug-command yes) sleep for d
+// (DEBUG SLEEP) and returns once it has stopped answering.
+func stall(t *testing.T, srv *redistest.Server, d time.Duration) {
+	t.Helper()
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: d + 5*time.Second})
+	t.Cleanup(func() { _ = raw.Close() })
+	go raw.Do(context.Background(), "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	eventually(t, "Redis to stall", func() bool { return probe.Ping(context.Background()).Err() != nil })
+}
+
+// TestRedisStalledClaimReleased: claims sent to a stalled Redis fail once
+// their timeout passes (without the bound on the whole operation,
+// go-redis's retries got most of them through after the stall, seconds
+// late), and leave no key in flight: the senders' retries claim them rather
+// than find them in flight for the whole lease.
+func TestRedisStalledClaimReleased(t *testing.T) {
+	srv := redistest.New(t, "--enable-debug-command", "yes")
+	s, err := OpenRedis(RedisConfig{URL: srv.URL(), Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stall(t, srv, 2*time.Second)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if _, _, err := s.Claim(ctx, "stalled:"+strconv.Itoa(i), lease); err == nil {
+				t.Errorf("claim %d on a stalled Redis succeeded", i)
+			}
+		})
+	}
+	wg.Wait()
+	if err := redistest.WaitPing(srv.Addr, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		eventually(t, "a new claim of stalled key "+strconv.Itoa(i)+" to win", func() bool {
+			c, _, err := s.Claim(ctx, "stalled:"+strconv.Itoa(i), lease)
+			return err == nil && c.Token != ""
+		})
+	}
+}
+
+// TestRedisReleaseLate: a claim that landed after its caller was told it
+// failed is given up in the background; a key someone else holds is not.
+func TestRedisReleaseLate(t *testing.T) {
+	s := openRedis(t, redistest.New(t))
+	ctx := context.Background()
+	tok := newToken()
+	value := encodeInFlight(tok, time.Now().UnixMilli())
+	if n, err := claimScript.Run(ctx, s.client, []string{"late"}, value, millis(lease)).Int64(); err != nil || n != 1 {
+		t.Fatalf("claim = %d, %v", n, err)
+	}
+	other, _ := mustClaim(t, s, "held", lease)
+	s.releaseLate("late", tok, lease)
+	s.releaseLate("held", tok, lease)
+	eventually(t, "the late claim to be released", func() bool {
+		_, err := s.Lookup(ctx, "late")
+		return errors.Is(err, ErrNotFound)
+	})
+	eventually(t, "the background releases to end", func() bool { return len(s.lateReleases) == 0 })
+	if err := s.Release(ctx, other); err != nil {
+		t.Errorf("the other claim's own release: %v; want it untouched until then", err)
 	}
 }
 

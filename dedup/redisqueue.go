@@ -93,8 +93,9 @@ var (
 )
 
 // asyncMarker is what an async event's sync key holds: the async tag alone,
-// which no sync record starts with.
-const asyncMarker = "\x03"
+// which no sync record starts with (release.lua's prefix check of it then
+// matches the marker only).
+const asyncMarker = string(rune(tagAsync))
 
 // queueGroup is the consumer group every replica reads the stream with.
 const queueGroup = "webhook-dedup"
@@ -397,7 +398,7 @@ func (s *Redis) Succeed(ctx context.Context, d Delivery, res Result, ttl time.Du
 	if err := checkResult(res); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
-	if err := s.settle(ctx, "succeed", d, encodeCompleted(res, time.Now().UnixMilli()), millis(ttl), res.Status); err != nil {
+	if err := s.settle(ctx, "succeed", d, encodeCompleted(res, time.Now().Unix()), millis(ttl), res.Status); err != nil {
 		return err
 	}
 	s.expireMarker(ctx, d.Claim.Key, ttl)
@@ -567,7 +568,7 @@ func asyncFromReply(v any) (Record, error) {
 		if err != nil || rec.State != Completed {
 			return Record{}, fmt.Errorf("%w: completed async record without its result", errBadRecord)
 		}
-		a.result, a.completed = rec.Result, rec.Since.UnixMilli()
+		a.result, a.completed = rec.Result, rec.Since.Unix()
 	default:
 		return Record{}, fmt.Errorf("%w: async state %d", errBadRecord, st)
 	}

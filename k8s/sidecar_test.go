@@ -6,10 +6,12 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -37,6 +39,7 @@ func TestSidecarInvariants(t *testing.T) {
 				p := newPod(t, m, "Deployment "+d.Name, &d.Spec.Template, known)
 				p.checkPlacement(t, v.native)
 				p.checkEnvNames(t, known)
+				p.checkAppName(t, d.Spec.Selector)
 				p.checkPorts(t)
 				p.checkProbes(t)
 				p.checkServices(t)
@@ -221,6 +224,42 @@ func (p *pod) checkEnvNames(t *testing.T, known map[string]string) {
 		if _, ok := known[name]; !ok && !goRuntimeVariables[name] && !slices.Contains(expanded, name) {
 			t.Errorf("%s: %s is set for %s, but `webhook-dedup -h` does not list it", p.name, name, sidecarName)
 		}
+	}
+}
+
+// checkAppName: APP_NAME is the pod's namespace and one of the
+// Deployment's selector labels, read with the downward API: two apps (two
+// Deployments, or one name in two namespaces) never share a KEY_PREFIX by
+// accident, and every replica of one Deployment carries the same name.
+func (p *pod) checkAppName(t *testing.T, selector *metav1.LabelSelector) {
+	t.Helper()
+	byName := func(name string) *corev1.EnvVar {
+		i := slices.IndexFunc(p.sidecar.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+		if i < 0 {
+			return nil
+		}
+		return &p.sidecar.Env[i]
+	}
+	appName := byName("APP_NAME")
+	if appName == nil || appName.ValueFrom != nil {
+		t.Errorf("%s: APP_NAME is not set from the pod's namespace and labels", p.name)
+		return
+	}
+	namespace, label := false, false
+	for _, ref := range expansion.FindAllStringSubmatch(appName.Value, -1) {
+		e := byName(ref[1])
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			continue
+		}
+		path := e.ValueFrom.FieldRef.FieldPath
+		namespace = namespace || path == "metadata.namespace"
+		if k, ok := strings.CutPrefix(path, "metadata.labels['"); ok {
+			k = strings.TrimSuffix(k, "']")
+			label = label || (selector != nil && selector.MatchLabels[k] != "" && p.labels[k] == selector.MatchLabels[k])
+		}
+	}
+	if !namespace || !label {
+		t.Errorf("%s: APP_NAME=%q: want $(VAR)s read with fieldRef from metadata.namespace (%v) and a label of the Deployment's selector (%v)", p.name, appName.Value, namespace, label)
 	}
 }
 

@@ -31,8 +31,9 @@ type rule struct {
 type part struct {
 	// headers are canonical header names tried in order. Empty for JSON parts.
 	headers []string
-	// path is an escaped gjson path. Empty for header parts.
-	path string
+	// segs are the segments of a dotted JSON path, taken literally (see
+	// lookup). Nil for header parts.
+	segs []string
 	// optional makes an absent or empty value an empty part instead of
 	// ErrNoID. Only composites use it (Zoom's object ID).
 	optional bool
@@ -48,27 +49,31 @@ func headerPart(names ...string) part {
 }
 
 // jsonPart reads the value at a dotted path. The path is taken literally:
-// only dots separate segments, and every gjson metacharacter inside a
-// segment (wildcards, '#', '|', '@', '!', …) is escaped. A numeric segment
-// still indexes an array (notificationItems.0.pspReference), because gjson
-// reads a plain number key on an array as an index.
+// only dots separate segments, and no character inside a segment (gjson's
+// wildcards, '#', '|', '@', '!', …) has a meaning of its own. A numeric
+// segment still indexes an array (notificationItems.0.pspReference).
 func jsonPart(dotted string) part {
-	segs := strings.Split(dotted, ".")
-	for i, s := range segs {
-		segs[i] = gjson.Escape(s)
-	}
-	return part{path: strings.Join(segs, ".")}
+	return part{segs: strings.Split(dotted, ".")}
 }
 
 // newRule joins parts into one rule.
 func newRule(parts ...part) *rule {
 	r := &rule{parts: parts}
 	for _, p := range parts {
-		if p.path != "" {
+		if p.segs != nil {
 			r.readsBody = true
 		}
 	}
 	return r
+}
+
+// headerNames lists the canonical names of the headers the parts read.
+func (r *rule) headerNames() []string {
+	var names []string
+	for _, p := range r.parts {
+		names = appendNew(names, p.headers...)
+	}
+	return names
 }
 
 // extract is an Extractor's id func. It allocates only the returned ID when
@@ -96,7 +101,7 @@ func (r *rule) extract(h http.Header, body []byte) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if p.path != "" {
+		if p.segs != nil {
 			v = strings.Clone(v)
 		}
 		return v, nil
@@ -142,8 +147,13 @@ func (r *rule) composite(h http.Header, doc string) (string, error) {
 // value returns the part's validated value. For JSON parts the string may
 // share memory with doc.
 func (p *part) value(h http.Header, doc string) (string, error) {
-	if p.path != "" {
-		res := gjson.Get(doc, p.path)
+	if p.segs != nil {
+		res, repeated := lookup(doc, p.segs)
+		if repeated {
+			// gjson reads the first of two equal keys; most apps' JSON
+			// decoders keep the last, so the app would see another ID.
+			return "", fmt.Errorf("%w: a key of the ID's path %q appears twice in one object", ErrInvalidID, strings.Join(p.segs, "."))
+		}
 		switch res.Type {
 		case gjson.String:
 			return validID(res.Str)
@@ -172,6 +182,74 @@ func (p *part) value(h http.Header, doc string) (string, error) {
 		return validID(v)
 	}
 	return "", ErrNoID
+}
+
+// lookup finds the value at segs, walking down from the document's root:
+// a segment is an object's key, taken literally, or an index into an array
+// (notificationItems.0.pspReference). It also reports whether some object
+// along the way holds the segment's key more than once: the proxy would
+// read one value and the app another (most JSON decoders keep the last of
+// two equal keys). Keys are compared for that without regard to case, as Go's
+// encoding/json matches a struct field (and keeps the last value it
+// matched), so {"id":"A","ID":"B"} counts too. Only the objects along the
+// path are scanned, each once.
+func lookup(doc string, segs []string) (res gjson.Result, repeated bool) {
+	cur := gjson.Parse(doc)
+	for _, seg := range segs {
+		var next gjson.Result
+		found := false
+		switch {
+		case cur.IsObject():
+			n := 0
+			cur.ForEach(func(k, v gjson.Result) bool {
+				if strings.EqualFold(k.Str, seg) {
+					n++
+					if k.Str == seg {
+						next, found = v, true
+					}
+				}
+				return n < 2
+			})
+			if n > 1 {
+				return gjson.Result{}, true
+			}
+		case cur.IsArray():
+			idx, ok := arrayIndex(seg)
+			if !ok {
+				return gjson.Result{}, false
+			}
+			i := 0
+			cur.ForEach(func(_, v gjson.Result) bool {
+				if i == idx {
+					next, found = v, true
+					return false
+				}
+				i++
+				return true
+			})
+		}
+		if !found {
+			return gjson.Result{}, false
+		}
+		cur = next
+	}
+	return cur, false
+}
+
+// arrayIndex reads a segment of decimal digits as an array index.
+func arrayIndex(seg string) (int, bool) {
+	if seg == "" || len(seg) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // validID trims spaces and checks the result: empty is ErrNoID, longer than

@@ -166,7 +166,37 @@ func FuzzJSONEventID(f *testing.F) {
 		checkID(t, id, err)
 		wantID, wantErr := expectID(value)
 		sameAnswer(t, id, err, wantID, wantErr)
+
+		// The same document with one key of the path written twice, at
+		// a depth the value picks, is refused whatever the values.
+		dup := repeatedAt(t, segs, value, len(value)%len(segs))
+		id, err = e.EventID(nil, dup)
+		checkID(t, id, err)
+		sameAnswer(t, id, err, "", ErrInvalidID)
 	})
+}
+
+// repeatedAt is the JSON document holding value at segs whose object at
+// depth writes its key twice (the second time with another value).
+func repeatedAt(t *testing.T, segs []string, value string, depth int) []byte {
+	t.Helper()
+	quote := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	doc := quote(value)
+	for i := len(segs) - 1; i >= 0; i-- {
+		k := quote(segs[i])
+		if i == depth {
+			doc = "{" + k + ":" + doc + "," + k + ":" + quote("other") + "}"
+		} else {
+			doc = "{" + k + ":" + doc + "}"
+		}
+	}
+	return []byte(doc)
 }
 
 func FuzzHeaderEventID(f *testing.F) {

@@ -348,6 +348,7 @@ type fakeScheme struct {
 type fakeVerifier struct{}
 
 func (fakeVerifier) Verify(http.Header, []byte, time.Time) error { return nil }
+func (fakeVerifier) Headers() []string                           { return []string{"X-Fake-Signature"} }
 
 func (f *fakeScheme) build(o signature.Options) (signature.Verifier, error) {
 	f.got = o

@@ -46,6 +46,13 @@ type Extractor struct {
 	// Verifier checks the signature before the store is touched. Nil when
 	// the preset does not sign or no secret is configured.
 	Verifier signature.Verifier
+	// Headers are the canonical names of the request headers the ID,
+	// auto's recognition of the sender and the signature check read. A
+	// request whose Connection header names one of them would lose it on
+	// its way to the app (hop-by-hop headers are removed), so the app
+	// would not see the request the proxy checked. Empty for a source
+	// that reads no header.
+	Headers []string
 
 	id func(h http.Header, body []byte) (string, error)
 }

@@ -125,6 +125,7 @@ func ParseSource(path, spec string, opts Options) (*Source, error) {
 		Namespace: path,
 		TTL:       ttl,
 		NeedsBody: r.readsBody,
+		Headers:   r.headerNames(),
 		id:        r.extract,
 	}}, nil
 }
@@ -190,7 +191,11 @@ func presetExtractor(p *preset, opts Options) (*Extractor, error) {
 		TTL:            p.TTL,
 		InflightStatus: p.inflightStatus,
 		NeedsBody:      p.rule.readsBody,
+		Headers:        p.rule.headerNames(),
 		id:             p.rule.extract,
+	}
+	for _, group := range p.detect {
+		e.Headers = appendNew(e.Headers, group...)
 	}
 	if opts.TTL != 0 {
 		e.TTL = opts.TTL
@@ -211,7 +216,18 @@ func presetExtractor(p *preset, opts Options) (*Extractor, error) {
 	}
 	e.Verifier = v
 	e.NeedsBody = true
+	e.Headers = appendNew(e.Headers, v.Headers()...)
 	return e, nil
+}
+
+// appendNew appends the names not yet in list.
+func appendNew(list []string, names ...string) []string {
+	for _, n := range names {
+		if !slices.Contains(list, n) {
+			list = append(list, n)
+		}
+	}
+	return list
 }
 
 // parseGeneric parses header: and json: sources, alone or joined with '+'.

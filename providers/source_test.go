@@ -142,7 +142,17 @@ func TestJSONSource(t *testing.T) {
 		{"json:{id}", idCase{name: "object multipath is literal", body: `{"id":"x"}`, wantErr: ErrNoID}},
 		{"json:a=b", idCase{name: "equals key", body: `{"a=b":"eq"}`, want: "eq"}},
 		{"json:event-data.id", idCase{name: "dash key", body: `{"event-data":{"id":"mg"}}`, want: "mg"}},
-		{"json:id", idCase{name: "duplicate key: first wins", body: `{"id":"a","id":"b"}`, want: "a"}},
+		{"json:id", idCase{name: "repeated ID key", body: `{"id":"a","id":"b"}`, wantErr: ErrInvalidID}},
+		{"json:id", idCase{name: "repeated ID key, same value", body: `{"id":"a","id":"a"}`, wantErr: ErrInvalidID}},
+		{"json:id", idCase{name: "repeated ID key in another case", body: `{"id":"a","ID":"b"}`, wantErr: ErrInvalidID}},
+		{"json:id", idCase{name: "repeated ID key, escaped", body: `{"id":"a","\u0069d":"b"}`, wantErr: ErrInvalidID}},
+		{"json:id", idCase{name: "repeated ID key, first null", body: `{"id":null,"id":"b"}`, wantErr: ErrInvalidID}},
+		{"json:data.object.id", idCase{name: "repeated parent key", body: `{"data":{"object":{"id":"a"}},"data":{"object":{"id":"b"}}}`, wantErr: ErrInvalidID}},
+		{"json:data.object.id", idCase{name: "repeated key inside the parent", body: `{"data":{"object":{"id":"a","id":"b"}}}`, wantErr: ErrInvalidID}},
+		{"json:items.1.id", idCase{name: "repeated key in an array element", body: `{"items":[{"id":"a"},{"id":"b","id":"c"}]}`, wantErr: ErrInvalidID}},
+		{"json:items.0.id", idCase{name: "repeated key in another array element", body: `{"items":[{"id":"a"},{"id":"b","id":"c"}]}`, want: "a"}},
+		{"json:data.id", idCase{name: "repeated key off the path", body: `{"data":{"id":"a","x":1,"x":2},"other":{"id":1,"id":2},"y":1,"y":2}`, want: "a"}},
+		{"json:data.id", idCase{name: "same key at other depths", body: `{"id":"top","data":{"id":"a","more":{"id":"deep"}}}`, want: "a"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			src := mustParse(t, "/hooks/json", c.spec, Options{})

@@ -105,28 +105,6 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// readBody reads the whole body, at most MaxBodyBytes, into a pooled
-// buffer. A declared Content-Length over the limit is refused before reading.
-func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, error) {
-	limit := h.cfg.MaxBodyBytes
-	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	buf := h.pool.get()
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return buf, err
-		}
-		return buf, errors.Join(errBodyRead, err)
-	}
-	return buf, nil
-}
-
 var errBodyRead = errors.New("proxy: reading the request body")
 
 // bufferPool recycles body buffers; very large ones are dropped so that one

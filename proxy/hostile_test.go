@@ -169,7 +169,9 @@ func newHostile(t *testing.T, routes string, opts providers.Options, cfg proxy.C
 	cfg.Upstream = u
 	cfg.Store = f.store
 	cfg.KeyPrefix = "test:"
-	cfg.Metrics = proxy.NewMetrics(prometheus.NewRegistry())
+	if cfg.Metrics == nil {
+		cfg.Metrics = proxy.NewMetrics(prometheus.NewRegistry())
+	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg.Logger, f.logs = zap.New(core), logs
 	for _, entry := range strings.Split(routes, ",") {

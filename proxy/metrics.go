@@ -45,6 +45,8 @@ type Metrics struct {
 	leaseLost       prometheus.Counter
 	payloadMismatch *prometheus.CounterVec
 	inflight        prometheus.Gauge
+	passthrough     *prometheus.CounterVec
+	budget          *budgetMetrics
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -91,6 +93,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.requests, m.upstream, m.added, m.storeDuration, m.storeErrors, m.released, m.leaseLost, m.payloadMismatch, m.inflight)
+	m.passthrough = passthroughMetric(reg)
+	m.budget = newBudgetMetrics(reg)
 	return m
 }
 

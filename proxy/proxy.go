@@ -58,6 +58,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxBodyBytes bounds a body the proxy must hold. If zero, 10 MiB.
 	MaxBodyBytes int64
+	// MaxBuffered bounds the memory, in bytes, the bodies of all requests take
+	// at once on routes that read them; beyond it such a request is
+	// answered 503 with Retry-After. If zero, no bound.
+	MaxBuffered int64
 	// OnStoreError is what a webhook gets while the store is unreachable.
 	// If zero, RejectOnStoreError.
 	OnStoreError StoreErrorPolicy
@@ -97,6 +101,9 @@ type Handler struct {
 	log     *zap.Logger
 	m       *Metrics
 	pool    bufferPool
+	// bodies are the buffers of the bodies read, charged to budget.
+	bodies bodyPool
+	budget bodyBudget
 	// copyBuffers relay the upstream's answers; without them
 	// ReverseProxy allocates 32 KiB per request.
 	copyBuffers copyBufferPool
@@ -139,6 +146,8 @@ func New(cfg Config) *Handler {
 		cfg.Now = time.Now
 	}
 	h := &Handler{cfg: cfg, routes: newRouteTable(cfg.Routes), log: cfg.Logger, m: cfg.Metrics}
+	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
+	h.budget.m.max.Set(float64(cfg.MaxBuffered))
 	h.abandon, h.stop = context.WithCancel(context.Background())
 	rewrite := Rewrite(cfg.Upstream)
 	h.reverse = &httputil.ReverseProxy{
@@ -200,20 +209,22 @@ func NewTransport() *http.Transport {
 func (h *Handler) Abandon() { h.stop() }
 
 // ServeHTTP routes a request: POSTs on a dedup route whose source recognises
-// them are deduplicated; everything else passes through untouched.
+// them are deduplicated; everything else passes through untouched, and is
+// counted. Routes match the path as an app framework routes it (see
+// routeTable.match), but the request is forwarded as it came.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		h.reverse.ServeHTTP(w, r)
-		return
-	}
 	route := h.routes.match(r.URL.Path)
 	if route == nil {
-		h.reverse.ServeHTTP(w, r)
+		h.passThrough(w, r, passNoRoute)
+		return
+	}
+	if !isPost(r.Method) {
+		h.passThrough(w, r, passNotPost)
 		return
 	}
 	ext := route.Source.Resolve(r.Header)
 	if ext == nil {
-		h.reverse.ServeHTTP(w, r)
+		h.passThrough(w, r, passNotRecognised)
 		return
 	}
 	h.serveWebhook(w, r, route, ext)

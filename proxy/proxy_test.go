@@ -127,7 +127,13 @@ func newFixture(t *testing.T, routes string, cfg proxy.Config) *fixture {
 // over its other labels; 0 when there is no such series.
 func (f *fixture) counter(t *testing.T, name, label, value string) float64 {
 	t.Helper()
-	families, err := f.reg.Gather()
+	return counterValue(t, f.reg, name, label, value)
+}
+
+// counterValue is fixture.counter for any registry.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

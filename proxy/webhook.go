@@ -51,24 +51,19 @@ type webhook struct {
 func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
 	wh := &webhook{route: route, ext: ext, start: time.Now()}
 	defer h.logWebhook(r, wh)
+	if h.dropsCheckedHeader(w, r, wh) {
+		return
+	}
 
 	// An async route keeps the whole body for its background delivery.
 	if ext.NeedsBody || h.cfg.BodyFingerprint || route.Delivery == AsyncDelivery {
 		buf, err := h.readBody(w, r)
-		if buf != nil {
-			defer h.pool.put(buf)
-		}
+		defer h.putBody(buf)
 		if err != nil {
-			wh.err = err
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				h.answer(w, wh, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES")
-			} else {
-				h.answer(w, wh, http.StatusBadRequest, outcomeBadRequest, "could not read the body")
-			}
+			h.bodyRefused(w, wh, err)
 			return
 		}
-		wh.body = buf.Bytes()
+		wh.body = buf.bytes()
 		wh.replay.Reset(wh.body)
 		r.Body = &wh.replay
 	} else if 0 < r.ContentLength && r.ContentLength <= maxArrivedBody {
@@ -311,7 +306,9 @@ func (h *Handler) settle(resp *http.Response) error {
 		h.release(resp.Request.Context(), c)
 		return nil
 	}
-	res := dedup.Result{Status: resp.StatusCode}
+	// The body's own record (rememberBody) is found by the whole
+	// fingerprint, and the admin API's forget finds it from this one's.
+	res := dedup.Result{Status: resp.StatusCode, FullFingerprint: h.cfg.BodyFingerprint}
 	switch {
 	case c.wh.body != nil:
 		res.Fingerprint = fingerprint(c.wh.body)
@@ -454,7 +451,7 @@ func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record
 // checkPayload logs and counts a duplicate of a completed event whose body
 // differs from the original's (in shadow mode too, where it is forwarded).
 func (h *Handler) checkPayload(wh *webhook, rec dedup.Record) {
-	if wh.body != nil && rec.Result.Fingerprint != ([32]byte{}) && rec.Result.Fingerprint != fingerprint(wh.body) {
+	if wh.body != nil && rec.Result.KnownBody() && !rec.Result.SameBody(fingerprint(wh.body)) {
 		h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()
 		h.log.Warn("duplicate event ID with a different body: treated as a duplicate",
 			zap.String("namespace", wh.ext.Namespace), zap.String("event_id", wh.id))
@@ -507,6 +504,7 @@ func (h *Handler) rememberBody(ctx context.Context, wh *webhook, res dedup.Resul
 		return // already recorded by another delivery, or the store failed: the ID key still holds
 	}
 	start = time.Now()
+	res.FullFingerprint = false // its key holds the whole one
 	err = h.cfg.Store.Complete(ctx, claim, res, wh.ext.TTL)
 	h.storeFinished(opComplete, start, wh, err)
 }

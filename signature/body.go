@@ -66,6 +66,8 @@ func (v *bodyMAC) Verify(h http.Header, body []byte, _ time.Time) error {
 	return nil
 }
 
+func (v *bodyMAC) Headers() []string { return []string{v.header} }
+
 // GitHub verifies X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>.
 func GitHub(o Options) (Verifier, error) {
 	return newBodyMAC("github", o, sha256.New, "X-Hub-Signature-256", "sha256=", hexMAC)
@@ -131,6 +133,8 @@ func Linear(o Options) (Verifier, error) {
 	}
 	return &linear{mac: bodyMACOf(secrets, sha256.New, "Linear-Signature", "", hexMAC), tolerance: tolerance}, nil
 }
+
+func (v *linear) Headers() []string { return v.mac.Headers() }
 
 func (v *linear) Verify(h http.Header, body []byte, now time.Time) error {
 	if err := v.mac.Verify(h, body, now); err != nil {

@@ -30,6 +30,8 @@ func Paddle(o Options) (Verifier, error) {
 	return &paddle{keys: newKeyring(sha256.New, rawKeys(secrets)), tolerance: tolerance}, nil
 }
 
+func (v *paddle) Headers() []string { return []string{"Paddle-Signature"} }
+
 func (v *paddle) Verify(h http.Header, body []byte, now time.Time) error {
 	header := h.Get("Paddle-Signature")
 	if header == "" {

@@ -233,6 +233,19 @@ func TestSchemes(t *testing.T) {
 				s.malform(h)
 				wantErr(t, one.Verify(h, b, testNow), ErrMalformed)
 			})
+			t.Run("Headers lists every header Verify reads", func(t *testing.T) {
+				h, b := s.sign(t, s.secrets[0], testNow, body)
+				kept := http.Header{}
+				for _, name := range one.Headers() {
+					if name != http.CanonicalHeaderKey(name) {
+						t.Errorf("Headers() holds %q, not in canonical form", name)
+					}
+					if vs, ok := h[name]; ok {
+						kept[name] = vs
+					}
+				}
+				wantErr(t, one.Verify(kept, b, testNow), nil)
+			})
 			t.Run("error names no secret", func(t *testing.T) {
 				h, b := s.sign(t, s.secrets[1], testNow, body)
 				err := one.Verify(h, b, testNow)

@@ -23,6 +23,10 @@ var (
 // Verifier checks one request. body is the raw body exactly as received.
 type Verifier interface {
 	Verify(h http.Header, body []byte, now time.Time) error
+	// Headers lists the canonical names of every request header Verify
+	// reads, so that a proxy can refuse a request that would lose one of
+	// them on its way to the app (a Connection header naming it).
+	Headers() []string
 }
 
 // Options configure a scheme.

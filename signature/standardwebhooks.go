@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +68,11 @@ func standardHeaders(h http.Header) (id, ts, sigs string) {
 	}
 	return id, ts, sigs
 }
+
+// standardHeaderNames are the headers standardHeaders reads.
+var standardHeaderNames = []string{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature", "Svix-Id", "Svix-Timestamp", "Svix-Signature"}
+
+func (v *standardWebhooks) Headers() []string { return slices.Clone(standardHeaderNames) }
 
 func (v *standardWebhooks) Verify(h http.Header, body []byte, now time.Time) error {
 	id, ts, sigs := standardHeaders(h)
@@ -148,6 +154,10 @@ func GitLab(o Options) (Verifier, error) {
 		v.signed = &standardWebhooks{keys: newKeyring(sha256.New, signing), tolerance: tolerance}
 	}
 	return v, nil
+}
+
+func (v *gitLab) Headers() []string {
+	return append(slices.Clone(standardHeaderNames), "X-Gitlab-Token")
 }
 
 func (v *gitLab) Verify(h http.Header, body []byte, now time.Time) error {

@@ -29,6 +29,8 @@ func Stripe(o Options) (Verifier, error) {
 	return &stripe{keys: newKeyring(sha256.New, rawKeys(secrets)), tolerance: tolerance}, nil
 }
 
+func (v *stripe) Headers() []string { return []string{"Stripe-Signature"} }
+
 func (v *stripe) Verify(h http.Header, body []byte, now time.Time) error {
 	header := h.Get("Stripe-Signature")
 	if header == "" {

@@ -28,6 +28,13 @@ type timestamped struct {
 	tolerance time.Duration
 }
 
+func (v *timestamped) Headers() []string {
+	if v.idHeader == "" {
+		return []string{v.sigHeader, v.tsHeader}
+	}
+	return []string{v.sigHeader, v.tsHeader, v.idHeader}
+}
+
 func (v *timestamped) Verify(h http.Header, body []byte, now time.Time) error {
 	value := h.Get(v.sigHeader)
 	if value == "" {

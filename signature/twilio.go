@@ -86,6 +86,10 @@ func twilioURLs(raw string) ([]string, error) {
 	return []string{head + rest, head + ":" + port + rest}, nil
 }
 
+// Headers includes Content-Type: it tells a form body, whose parameters
+// are signed, from a JSON one.
+func (v *twilio) Headers() []string { return []string{"X-Twilio-Signature", "Content-Type"} }
+
 func (v *twilio) Verify(h http.Header, body []byte, _ time.Time) error {
 	value := h.Get("X-Twilio-Signature")
 	if value == "" {
