@@ -1,5 +1,6 @@
 # webhook-dedup: build, test, lint. `make test` is the whole test suite; it
-# installs what the tests need (redis-server from Debian) when it is missing.
+# installs what the tests need (redis-server from Debian, dynalite from npm)
+# when it is missing.
 
 GO       ?= go
 FUZZTIME ?= 30000x
@@ -11,6 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # kustomize renders k8s/ in its tests. Debian's kubectl (1.20) is too old;
 # v5.8.3 needs Go 1.27, so v5.8.2.
 KUSTOMIZE_VERSION := v5.8.2
+DYNALITE_VERSION  := 4.0.0
 
 .PHONY: build test deps lint fuzz ci bench
 
@@ -21,8 +23,13 @@ build:
 test: deps
 	$(GO) test -race -count=1 ./...
 
-# What the tests run for real: redis-server (Debian) and kustomize (Go).
+# What the tests run for real: redis-server (Debian), dynalite (npm: a
+# DynamoDB on LevelDB; version 4 needs Node.js 20 or later) and kustomize (Go).
 deps:
+	@command -v dynalite >/dev/null || { \
+	  command -v npm >/dev/null || { echo "dynalite needs Node.js 20 or later and npm: install them (apt-get install nodejs npm, or nodejs.org)"; exit 1; }; \
+	  echo "installing: dynalite $(DYNALITE_VERSION) (npm, global)"; \
+	  $(SUDO) npm install --global --no-fund --no-audit --loglevel=error dynalite@$(DYNALITE_VERSION) >/dev/null; }
 	@command -v kustomize >/dev/null || \
 	  test -x "$$($(GO) env GOPATH)/bin/kustomize" || \
 	  { echo "installing: kustomize $(KUSTOMIZE_VERSION)"; GOTOOLCHAIN=local $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION); }

@@ -60,6 +60,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return serve(ctx, environ, stderr)
 	case "healthcheck":
 		return healthcheck(ctx, environ, stdout)
+	case "migrate":
+		return migrate(ctx, environ, stdout, stderr)
 	case "inspect", "forget":
 		return storeCommand(ctx, cmd, args, environ, stdout)
 	case "dead-letters":

@@ -25,6 +25,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
+	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -84,7 +85,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if workers != nil {
 		enqueued = workers.Nudge
 	}
-	handler = proxy.New(proxy.Config{
+	handler, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Routes:          routes,
 		Store:           st,
@@ -107,6 +108,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		Logger:          log,
 		Metrics:         proxy.NewMetrics(reg),
 	})
+	if err != nil {
+		return err
+	}
 	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
 	if cfg.ReadyCheckUpstream {
 		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
@@ -124,26 +128,6 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		defer active.Done()
 		handler.ServeHTTP(w, r)
 	})
-	// A bound on writing the answer: the upstream's time, any in-flight
-	// wait and the body read, with room to spare.
-	writeTimeout := cfg.UpstreamTimeout + cfg.InflightWait + cfg.ReadTimeout + 10*time.Second
-	public := &http.Server{
-		Handler:           tracked,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
-		ErrorLog:          zap.NewStdLog(log.Named("http")),
-	}
-	private := &http.Server{
-		Handler:           adm,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       cfg.IdleTimeout,
-		ErrorLog:          zap.NewStdLog(log.Named("admin-http")),
-	}
 	publicLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
@@ -161,48 +145,99 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("store", string(cfg.Store.Kind)),
 		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", version))
 
-	g, gctx := errgroup.WithContext(ctx)
+	srv := &servers{
+		public: server.Public(cfg, tracked, log), publicLn: publicLn,
+		admin: server.Admin(cfg, adm, log), adminLn: privateLn,
+		unready: adm.Drain, abandon: handler.Abandon, active: &active,
+		delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout, log: log,
+	}
 	if monitor != nil {
-		g.Go(func() error { monitor.Run(gctx); return nil })
+		srv.background = monitor.Run
 	}
-	g.Go(func() error { return serveUntilClosed(public, publicLn) })
-	g.Go(func() error { return serveUntilClosed(private, privateLn) })
 	if workers != nil {
-		// On SIGTERM (or a server failing) the workers stop taking at once
-		// and finish their running attempts within SHUTDOWN_TIMEOUT, while
-		// the listener drains; the store closes after both.
-		g.Go(func() error { return workers.Run(gctx) })
+		srv.deliver = workers.Run
 	}
-	g.Go(func() error {
-		<-gctx.Done()
-		if ctx.Err() == nil {
-			return nil // a server failed; errgroup reports it
-		}
-		log.Info("shutting down", zap.Duration("delay", cfg.ShutdownDelay), zap.Duration("timeout", cfg.ShutdownTimeout))
-		adm.Drain()
-		if cfg.ShutdownDelay > 0 {
-			// Keep serving while the endpoint is removed from load balancers.
-			t := time.NewTimer(cfg.ShutdownDelay)
-			<-t.C
-		}
-		drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		if err := public.Shutdown(drainCtx); err != nil {
-			log.Warn("drain timed out: abandoning requests still in progress and releasing their claims", zap.Error(err))
-			handler.Abandon()
-			waitTimeout(&active, 10*time.Second)
-			public.Close()
-		}
-		closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
-		defer cancelClose()
-		_ = private.Shutdown(closeCtx)
-		return nil
-	})
-	if err := g.Wait(); err != nil {
+	if err := srv.run(ctx); err != nil {
 		return err
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// servers are the public and admin servers of one process, and what
+// draining them needs.
+type servers struct {
+	public, admin     *http.Server
+	publicLn, adminLn net.Listener
+	// unready turns /readyz to 503.
+	unready func()
+	// abandon makes the requests still in progress give up and release
+	// their claims (proxy.Handler.Abandon); active counts those requests.
+	abandon func()
+	active  *sync.WaitGroup
+	// delay is SHUTDOWN_DELAY, timeout SHUTDOWN_TIMEOUT.
+	delay, timeout time.Duration
+	log            *zap.Logger
+	// background, if not nil, runs beside the servers until they stop
+	// (the Redis monitor).
+	background func(context.Context)
+	// deliver, if not nil, runs the async routes' delivery workers until
+	// its context ends (delivery.Workers.Run): at SIGTERM they stop taking
+	// and finish their running attempts within SHUTDOWN_TIMEOUT, beside
+	// the drain; the store closes after both.
+	deliver func(context.Context) error
+}
+
+// run serves until ctx is cancelled (SIGTERM), then drains as SPEC.md's
+// "Shutdown" says. If a server fails first, both are drained at once
+// (without SHUTDOWN_DELAY) and its error is returned: the other must stop
+// too, or Wait would wait for it forever.
+func (s *servers) run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	if s.background != nil {
+		g.Go(func() error { s.background(gctx); return nil })
+	}
+	if s.deliver != nil {
+		g.Go(func() error { return s.deliver(gctx) })
+	}
+	g.Go(func() error { return serveUntilClosed(s.public, s.publicLn) })
+	g.Go(func() error { return serveUntilClosed(s.admin, s.adminLn) })
+	g.Go(func() error {
+		<-gctx.Done()
+		delay := s.delay
+		if ctx.Err() == nil {
+			s.log.Error("a server failed: shutting down")
+			delay = 0
+		} else {
+			s.log.Info("shutting down", zap.Duration("delay", s.delay), zap.Duration("timeout", s.timeout))
+		}
+		s.drain(delay)
+		return nil
+	})
+	return g.Wait()
+}
+
+// drain stops both servers: readiness turns 503 at once, the public server
+// keeps serving for delay (while load balancers remove the endpoint), then
+// lets its requests finish for at most the shutdown timeout, after which
+// it abandons them (their claims are released) and closes.
+func (s *servers) drain(delay time.Duration) {
+	s.unready()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		<-t.C
+	}
+	drainCtx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.public.Shutdown(drainCtx); err != nil {
+		s.log.Warn("drain timed out: abandoning requests still in progress and releasing their claims", zap.Error(err))
+		s.abandon()
+		waitTimeout(s.active, 10*time.Second)
+		s.public.Close()
+	}
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
+	defer cancelClose()
+	_ = s.admin.Shutdown(closeCtx)
 }
 
 func serveUntilClosed(s *http.Server, ln net.Listener) error {
@@ -246,6 +281,72 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 		}
 	}
 	return routes, errors.Join(errs...)
+}
+
+// upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
+// request at its base URL. Any answer counts, a 404 too: the question is
+// whether the app is up, not whether it serves that path.
+func upstreamAnswers(upstream *url.URL) func(ctx context.Context) error {
+	client := &http.Client{
+		Transport: proxy.NewTransport(),
+		// A redirect is an answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream.String(), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return resp.Body.Close()
+	}
+}
+
+// describeRoutes says, a line per route, what the start-up log shows of
+// it: its path and source, and which of its presets verify signatures.
+func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		var verified []string
+		for _, name := range r.Source.PresetNames() {
+			if len(cfg.Secrets[name]) > 0 {
+				verified = append(verified, name)
+			}
+		}
+		line := r.Path + "=" + cfg.RouteSpecs[i].Source
+		if len(verified) > 0 {
+			line += " (signatures verified: " + strings.Join(verified, ", ") + ")"
+		} else {
+			line += " (signatures not verified)"
+		}
+		out[i] = line
+	}
+	return out
+}
+
+// monitorRedis checks a Redis store once before serving, and returns the
+// monitor that keeps checking it (nil for another store). A KEY_PREFIX
+// that another APP_NAME owns stops the start (exit status 2); a Redis not
+// reachable yet does not: the store refuses claims until the owner check
+// passes.
+func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
+	rs, ok := st.(*dedup.Redis)
+	if !ok {
+		return nil, nil
+	}
+	m := dedup.NewMonitor(rs, dedup.MonitorConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RedisCheckInterval, Logger: log.Named("redis"), Registerer: reg})
+	err := m.Check(ctx)
+	switch {
+	case errors.Is(err, dedup.ErrPrefixOwned):
+		return nil, usageError(fmt.Errorf("APP_NAME: %w: set KEY_PREFIX to a prefix of this app's own (e.g. KEY_PREFIX=webhook-dedup:%s:), as two apps sharing one would answer each other's events as duplicates", err, cfg.AppName))
+	case err != nil:
+		log.Warn("redis not checked at start; checking again every REDIS_CHECK_INTERVAL", zap.Error(err))
+	}
+	return m, nil
 }
 
 // asyncDelivery sets up the background delivery of async routes: the
@@ -324,78 +425,14 @@ func logDurability(dc durabilityChecker, log *zap.Logger) {
 	}
 }
 
-// upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
-// request at its base URL. Any answer counts, a 404 too: the question is
-// whether the app is up, not whether it serves that path.
-func upstreamAnswers(upstream *url.URL) func(ctx context.Context) error {
-	client := &http.Client{
-		Transport: proxy.NewTransport(),
-		// A redirect is an answer.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream.String(), nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		return resp.Body.Close()
-	}
-}
-
-// describeRoutes says, a line per route, what the start-up log shows of
-// it: its path and source, and which of its presets verify signatures.
-func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
-	out := make([]string, len(routes))
-	for i, r := range routes {
-		var verified []string
-		for _, name := range r.Source.PresetNames() {
-			if len(cfg.Secrets[name]) > 0 {
-				verified = append(verified, name)
-			}
-		}
-		line := r.Path + "=" + cfg.RouteSpecs[i].Source
-		if len(verified) > 0 {
-			line += " (signatures verified: " + strings.Join(verified, ", ") + ")"
-		} else {
-			line += " (signatures not verified)"
-		}
-		out[i] = line
-	}
-	return out
-}
-
-// monitorRedis checks a Redis store once before serving, and returns the
-// monitor that keeps checking it (nil for another store). A KEY_PREFIX
-// that another APP_NAME owns stops the start (exit status 2); a Redis not
-// reachable yet does not: the store refuses claims until the owner check
-// passes.
-func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
-	rs, ok := st.(*dedup.Redis)
-	if !ok {
-		return nil, nil
-	}
-	m := dedup.NewMonitor(rs, dedup.MonitorConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RedisCheckInterval, Logger: log.Named("redis"), Registerer: reg})
-	err := m.Check(ctx)
-	switch {
-	case errors.Is(err, dedup.ErrPrefixOwned):
-		return nil, usageError(fmt.Errorf("APP_NAME: %w: set KEY_PREFIX to a prefix of this app's own (e.g. KEY_PREFIX=webhook-dedup:%s:), as two apps sharing one would answer each other's events as duplicates", err, cfg.AppName))
-	case err != nil:
-		log.Warn("redis not checked at start; checking again every REDIS_CHECK_INTERVAL", zap.Error(err))
-	}
-	return m, nil
-}
-
 // openStore opens the store config chose (config.Store): the one place
 // that turns that choice into a running store.
 func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:
 		return openRedis(cfg, log)
+	case config.StoreDynamoDB:
+		return openDynamoDB(cfg, log)
 	case config.StoreDisk:
 		st, err := dedup.OpenDisk(cfg.DataDir)
 		if err != nil {

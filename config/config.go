@@ -63,10 +63,15 @@ type Config struct {
 	RedisTLSServerName    string        `env:"REDIS_TLS_SERVER_NAME" desc:"name every Redis certificate must carry; empty: the host dialled"`
 	RedisPoolSize         int           `env:"REDIS_POOL_SIZE" envDefault:"0" desc:"most connections to each Redis server; 0: ten per CPU"`
 	RedisDialTimeout      time.Duration `env:"REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"limit on opening a connection to Redis"`
-	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, go-redis retries and pool wait included; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less"`
+	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, go-redis retries and pool wait included; at most UPSTREAM_TIMEOUT/4; empty: STORE_TIMEOUT"`
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
 	RedisCheckInterval    time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`
+
+	// Amazon DynamoDB (validated by completeDynamoDB).
+	DynamoDBTable string `env:"DYNAMODB_TABLE" desc:"Amazon DynamoDB table of the records (string partition key pk, TTL attribute expires_at; webhook-dedup migrate creates it), instead of REDIS_URL; region, credentials and endpoint from the AWS SDK's environment (AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB, …); sync delivery only"`
+
+	StoreTimeout time.Duration `env:"STORE_TIMEOUT" desc:"limit on each store operation, retries included; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less (for Redis, REDIS_TIMEOUT wins where set)"`
 
 	DedupTTL        time.Duration `env:"DEDUP_TTL" desc:"lifetime of completed records on every route; empty: each preset's own (generic sources: 72h)"`
 	UpstreamTimeout time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"30s" desc:"limit on each forwarded request"`
@@ -83,7 +88,7 @@ type Config struct {
 	DedupBodyFingerprint bool          `env:"DEDUP_BODY_FINGERPRINT" envDefault:"false" desc:"also treat a body already completed within the TTL as a duplicate"`
 
 	ReplayResponse bool          `env:"REPLAY_RESPONSE" envDefault:"false" desc:"answer duplicates with the original status, Content-Type and body"`
-	ReplayMaxBytes int           `env:"REPLAY_MAX_BYTES" envDefault:"65536" desc:"largest response body kept for replay"`
+	ReplayMaxBytes int           `env:"REPLAY_MAX_BYTES" envDefault:"65536" desc:"largest response body kept for replay; 0 keeps none (only answers with an empty body are replayed)"`
 	InflightWait   time.Duration `env:"INFLIGHT_WAIT" envDefault:"0s" desc:"how long a duplicate of an in-flight event waits for the first to finish"`
 	InflightStatus int           `env:"INFLIGHT_STATUS" envDefault:"409" desc:"answer when that wait ends with the first still in flight: 409 or 503"`
 	ShadowMode     bool          `env:"SHADOW_MODE" envDefault:"false" desc:"detect, log and count duplicates but forward everything"`
@@ -185,7 +190,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
 	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
 	c.Store = c.chooseStore(bad)
+	c.completeStoreTimeout(bad)
 	c.completeRedis(bad)
+	c.completeDynamoDB(bad)
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
 	}
@@ -441,7 +448,7 @@ func Variables() []Variable {
 func WriteUsage(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
-	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
 	fmt.Fprintln(tw, "Configured by environment variables:")
 	fmt.Fprintln(tw)
 	for _, v := range Variables() {
@@ -567,10 +574,8 @@ func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
 	// app: the store must answer far sooner than the app may take.
 	limit := c.UpstreamTimeout / 4
 	switch {
-	case c.RedisTimeout == 0 && limit > 0:
-		c.RedisTimeout = min(time.Second, limit)
 	case c.RedisTimeout == 0:
-		c.RedisTimeout = time.Second // UPSTREAM_TIMEOUT is wrong, and said so
+		c.RedisTimeout = c.StoreTimeout
 	case c.RedisTimeout < 0:
 		bad("REDIS_TIMEOUT", "must be a positive duration, got %s", c.RedisTimeout)
 	case limit > 0 && c.RedisTimeout > limit:

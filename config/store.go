@@ -1,8 +1,10 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -18,13 +20,34 @@ const (
 	StoreRedis StoreKind = "redis"
 	// StoreDisk is the embedded store in a file under DATA_DIR.
 	StoreDisk StoreKind = "disk"
+	// StoreDynamoDB is an Amazon DynamoDB table: DYNAMODB_TABLE.
+	StoreDynamoDB StoreKind = "dynamodb"
 )
 
-// SupportsAsync reports whether the store can keep an accepted event's
-// request durably until it is delivered: every store but the in-memory
-// one, which would lose its queue with the process.
+// SupportsAsync reports whether the store can hold the async delivery
+// queue. The in-memory store would lose it with the process; DynamoDB
+// offers sync delivery only (a queue there needs transactions and scans
+// this store is not built on).
 func (k StoreKind) SupportsAsync() bool {
-	return k != StoreMemory
+	switch k {
+	case StoreMemory, StoreDynamoDB:
+		return false
+	}
+	return true
+}
+
+// AsyncError is the configuration error for async delivery asked (by
+// variable: DELIVERY, or ROUTES for a route's ;async) of a store that
+// does not support it; nil when it does.
+func (s Store) AsyncError(variable string) error {
+	if s.Kind.SupportsAsync() {
+		return nil
+	}
+	store := "the embedded in-memory store (no store configured)"
+	if s.Variable != "" {
+		store = s.Variable
+	}
+	return fmt.Errorf("%s: async delivery needs a store that keeps its queue: DATA_DIR, REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS) or DATABASE_URL; %s supports sync delivery only", variable, store)
 }
 
 // RedisMode is how Redis is reached.
@@ -63,6 +86,7 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
 		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
+		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, c.DynamoDBTable != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {
@@ -84,11 +108,16 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 	return chosen[0]
 }
 
-// checkAsyncStore refuses async delivery on a store that cannot keep it:
-// the sender would have been told 202 for an event lost at the next
-// restart. A route's ";async" is held to the same rule as DELIVERY=async.
+// checkAsyncStore refuses async delivery on a store that cannot keep it
+// (Store.AsyncError): the sender would have been told 202 for an event
+// lost at the next restart. A route's ";async" is held to the same rule
+// as DELIVERY=async, and the error names the routes.
 func (c *Config) checkAsyncStore(bad func(name, format string, args ...any)) {
-	if !c.AsyncRoutes() || c.Store.Kind.SupportsAsync() {
+	if !c.AsyncRoutes() {
+		return
+	}
+	err := c.Store.AsyncError("DELIVERY")
+	if err == nil {
 		return
 	}
 	var routes []string
@@ -97,7 +126,8 @@ func (c *Config) checkAsyncStore(bad func(name, format string, args ...any)) {
 			routes = append(routes, r.Path)
 		}
 	}
-	bad("DELIVERY", "async delivery (routes %s) needs a durable store, and the in-memory store would lose every accepted event with the process: set DATA_DIR (the embedded store on disk) or REDIS_URL, or deliver sync", strings.Join(routes, ", "))
+	msg := strings.TrimPrefix(err.Error(), "DELIVERY: ")
+	bad("DELIVERY", "%s (async routes: %s)", msg, strings.Join(routes, ", "))
 }
 
 // writableDir makes sure dir is a directory this process can create files
@@ -114,4 +144,21 @@ func writableDir(dir string) error {
 	name := f.Name()
 	_ = f.Close()
 	return os.Remove(name)
+}
+
+// completeStoreTimeout derives STORE_TIMEOUT. Every forwarded request waits
+// for the store before and after the app: the store must answer far
+// sooner than the app may take.
+func (c *Config) completeStoreTimeout(bad func(name, format string, args ...any)) {
+	limit := c.UpstreamTimeout / 4
+	switch {
+	case c.StoreTimeout == 0 && limit > 0:
+		c.StoreTimeout = min(time.Second, limit)
+	case c.StoreTimeout == 0:
+		c.StoreTimeout = time.Second // UPSTREAM_TIMEOUT is wrong, and said so
+	case c.StoreTimeout < 0:
+		bad("STORE_TIMEOUT", "must be a positive duration, got %s", c.StoreTimeout)
+	case limit > 0 && c.StoreTimeout > limit:
+		bad("STORE_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.StoreTimeout, c.UpstreamTimeout)
+	}
 }

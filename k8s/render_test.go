@@ -44,6 +44,7 @@ var variants = []variant{
 	{dir: "base", native: true},
 	{dir: "overlays/classic", native: false},
 	{dir: "overlays/redis", native: true},
+	{dir: "overlays/dynamodb", native: true},
 	{dir: "overlays/existing-app", native: true},
 	{dir: "overlays/monitoring", native: true},
 	{dir: "overlays/async-disk", native: true},
@@ -134,6 +135,7 @@ type manifests struct {
 	pdbs            []*policyv1.PodDisruptionBudget
 	pvcs            map[string]*corev1.PersistentVolumeClaim
 	serviceMonitors []*serviceMonitor
+	serviceAccounts map[string]*corev1.ServiceAccount
 	// objects counts every decoded object.
 	objects int
 }
@@ -142,7 +144,8 @@ type manifests struct {
 // document strictly: an unknown or duplicate field, a key in the wrong case
 // or a kind this project does not ship is an error.
 func decodeStream(r io.Reader) (*manifests, error) {
-	m := &manifests{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}, pvcs: map[string]*corev1.PersistentVolumeClaim{}}
+	m := &manifests{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
+		pvcs: map[string]*corev1.PersistentVolumeClaim{}, serviceAccounts: map[string]*corev1.ServiceAccount{}}
 	docs := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	for {
 		doc, err := docs.Read()
@@ -195,6 +198,9 @@ func (m *manifests) add(doc []byte) error {
 	case "v1 PersistentVolumeClaim":
 		o := &corev1.PersistentVolumeClaim{}
 		m.pvcs[meta.Metadata.Name], obj = o, o
+	case "v1 ServiceAccount":
+		o := &corev1.ServiceAccount{}
+		m.serviceAccounts[meta.Metadata.Name], obj = o, o
 	case "networking.k8s.io/v1 NetworkPolicy":
 		o := &networkingv1.NetworkPolicy{}
 		m.networkPolicies, obj = append(m.networkPolicies, o), o

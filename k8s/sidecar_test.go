@@ -23,6 +23,11 @@ const sidecarName = "webhook-dedup"
 // its configuration, so -h does not list them.
 var goRuntimeVariables = map[string]bool{"GOMEMLIMIT": true, "GOGC": true, "GOMAXPROCS": true, "GODEBUG": true}
 
+// awsSDKVariables are read by the AWS SDK in the binary (with
+// DYNAMODB_TABLE) rather than by its configuration, so -h does not list
+// them either.
+var awsSDKVariables = map[string]bool{"AWS_REGION": true, "AWS_ENDPOINT_URL_DYNAMODB": true}
+
 // TestSidecarInvariants checks, in every variant, what keeps webhooks from
 // bypassing deduplication and the pod from losing them on the way down.
 func TestSidecarInvariants(t *testing.T) {
@@ -53,6 +58,7 @@ func TestSidecarInvariants(t *testing.T) {
 				checkImages(t, p.name, p.spec)
 				checkDisruptionBudget(t, m, p.name, p.labels, d.Spec.Replicas)
 				checkDelivery(t, m, d, p)
+				checkDynamoDB(t, m, p)
 				pods = append(pods, p)
 			}
 			for _, s := range m.statefulSets {
@@ -221,7 +227,7 @@ func (p *pod) checkEnvNames(t *testing.T, known map[string]string) {
 		}
 	}
 	for _, name := range p.names {
-		if _, ok := known[name]; !ok && !goRuntimeVariables[name] && !slices.Contains(expanded, name) {
+		if _, ok := known[name]; !ok && !goRuntimeVariables[name] && !awsSDKVariables[name] && !slices.Contains(expanded, name) {
 			t.Errorf("%s: %s is set for %s, but `webhook-dedup -h` does not list it", p.name, name, sidecarName)
 		}
 	}

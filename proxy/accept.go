@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -13,8 +12,8 @@ import (
 // and only once the store has accepted both is the sender told it is
 // queued. A duplicate of an event the store holds in any state is safe
 // with us, so it is answered 200 duplicate and the sender stops retrying.
-// The body was read whole (serveWebhook reads it on async routes).
-func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) {
+// The body was read whole (handleWebhook reads it on async routes).
+func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) result {
 	// The store has copied the request by the time Enqueue returns, so the
 	// pooled body buffer and the header can be handed over as they are.
 	req := dedup.Request{
@@ -29,32 +28,28 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) {
 	if req.Body == nil {
 		req.Body = []byte{}
 	}
-	// The store call outlives the sender (for at most finishTimeout): an
-	// event is queued whole or not at all, never cut off halfway by a
-	// hang-up. Queued, it is delivered, and the sender's retry is a
+	// The store call runs on the Handler's own context, as a claim does
+	// (the store bounds each call): a sender's hang-up never cuts it off
+	// halfway. Queued, the event is delivered, and the sender's retry is a
 	// duplicate.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
-	defer cancel()
 	start := time.Now()
-	queued, rec, err := h.cfg.Queue.Enqueue(ctx, wh.key, req)
+	queued, rec, err := h.cfg.Queue.Enqueue(h.abandon, wh.key, req)
 	h.m.observeStore(opEnqueue, start, err)
 	if err != nil {
-		h.storeUnavailable(w, r, wh, err)
-		return
+		return h.storeUnavailable(w, r, wh, err)
 	}
 	switch {
 	case queued:
 		h.cfg.Enqueued()
-		h.answer(w, wh, h.cfg.AsyncStatus, outcomeQueued, "")
+		return h.answer(w, wh.id, h.cfg.AsyncStatus, outcomeQueued, "", nil)
 	case rec.State == dedup.Completed:
-		h.duplicate(w, wh, rec)
+		return h.duplicate(w, wh, rec)
 	case rec.State == dedup.InFlight:
 		// Claimed by a sync delivery (the route was sync until a moment
 		// ago): the sender retries while that one finishes.
-		h.inFlight(w, wh, rec)
-	default:
-		h.answer(w, wh, http.StatusOK, outcomeDuplicate, "")
+		return h.inFlight(w, wh, rec)
 	}
+	return h.answer(w, wh.id, http.StatusOK, outcomeDuplicate, "", nil)
 }
 
 // Settlement is how a queued request's delivery is settled, as the proxy

@@ -75,7 +75,7 @@ func newArrivedFixture(t *testing.T, maxBody int64) *arrivedFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv = httptest.NewServer(proxy.New(proxy.Config{
+	f.srv = httptest.NewServer(newHandler(t, proxy.Config{
 		Upstream:     u,
 		Routes:       []proxy.Route{{Path: "/gh", Source: src}},
 		Store:        f.store,

@@ -124,7 +124,7 @@ func benchHandler(b *testing.B, store proxy.Store, kind loadKind) *proxy.Handler
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	u, _ := url.Parse("http://upstream.test")
-	return proxy.New(proxy.Config{
+	return newHandler(b, proxy.Config{
 		Upstream:  u,
 		Routes:    routes,
 		Store:     store,

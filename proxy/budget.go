@@ -85,21 +85,20 @@ const overBudgetRetryAfter = "2"
 // bodyRefused answers a webhook whose body readBody could not deliver:
 // 413 over MAX_BODY_BYTES, 503 (retry soon) over MAX_BUFFERED_BYTES, and
 // 400 when the sender's body broke off.
-func (h *Handler) bodyRefused(w http.ResponseWriter, wh *webhook, err error) {
-	wh.err = err
+func (h *Handler) bodyRefused(w http.ResponseWriter, wh *webhook, err error) result {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		h.answer(w, wh, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES")
+		return h.answer(w, wh.id, http.StatusRequestEntityTooLarge, outcomeTooLarge, "body larger than MAX_BODY_BYTES", err)
 	case errors.Is(err, errOverBudget):
 		h.budget.m.refused.Inc()
 		// The connection's unread body is not worth draining: the sender
 		// retries on a fresh one.
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", overBudgetRetryAfter)
-		h.answer(w, wh, http.StatusServiceUnavailable, outcomeTooLarge, "too many request bodies held at once (MAX_BUFFERED_BYTES), retry later")
+		return h.answer(w, wh.id, http.StatusServiceUnavailable, outcomeTooLarge, "too many request bodies held at once (MAX_BUFFERED_BYTES), retry later", err)
 	default:
-		h.answer(w, wh, http.StatusBadRequest, outcomeBadRequest, "could not read the body")
+		return h.answer(w, wh.id, http.StatusBadRequest, outcomeBadRequest, "could not read the body", err)
 	}
 }
 

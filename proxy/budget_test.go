@@ -12,12 +12,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
 func budgetHandler(t *testing.T, maxBody, maxBuffered int64) *Handler {
 	t.Helper()
 	u, _ := url.Parse("http://127.0.0.1:1")
-	return New(Config{Upstream: u, Metrics: NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, MaxBuffered: maxBuffered})
+	st := dedup.NewMemory()
+	t.Cleanup(func() { st.Close() })
+	h, err := New(Config{Upstream: u, Store: st, Metrics: NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, MaxBuffered: maxBuffered})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // bodyRequest is a POST whose body is r, declaring length (-1: none, as

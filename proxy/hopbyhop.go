@@ -15,14 +15,12 @@ import (
 // forwarding (RFC 9110, section 7.6.1): the proxy would deduplicate and
 // verify on a header the app never receives, and the app would see
 // another request than the one checked.
-func (h *Handler) dropsCheckedHeader(w http.ResponseWriter, r *http.Request, wh *webhook) bool {
+func (h *Handler) dropsCheckedHeader(w http.ResponseWriter, r *http.Request, wh *webhook) (result, bool) {
 	name := connectionNames(r.Header, wh.ext.Headers)
 	if name == "" {
-		return false
+		return result{}, false
 	}
-	wh.err = errHopByHopID
-	h.answer(w, wh, http.StatusBadRequest, outcomeInvalidID, "the Connection header names "+name+", which would not reach the app")
-	return true
+	return h.answer(w, wh.id, http.StatusBadRequest, outcomeInvalidID, "the Connection header names "+name+", which would not reach the app", errHopByHopID), true
 }
 
 var errHopByHopID = errors.New("proxy: the Connection header names a header the event ID or signature is read from")

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,18 +26,11 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
-)
-
-// The public server's limits as serve.go sets them from the defaults of
-// READ_HEADER_TIMEOUT, READ_TIMEOUT, IDLE_TIMEOUT and MAX_HEADER_BYTES.
-const (
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = 30 * time.Second
-	idleTimeout       = 120 * time.Second
-	maxHeaderBytes    = 64 << 10
 )
 
 // ledger is the embedded store with an account of every call, so that a
@@ -159,9 +151,10 @@ type hostile struct {
 
 // newHostile starts a fixture for routes (the ROUTES syntax) with opts
 // (secrets), and checks at the end that the test leaked no goroutine and
-// that net/http caught no panic. tune, if any, adjusts the server before
-// it starts.
-func newHostile(t *testing.T, routes string, opts providers.Options, cfg proxy.Config, tune ...func(*http.Server)) *hostile {
+// that net/http caught no panic. The proxy is served by the public server
+// the binary runs (internal/server), configured from the defaults and env
+// (variables as the binary reads them, e.g. READ_HEADER_TIMEOUT), if any.
+func newHostile(t *testing.T, routes string, opts providers.Options, cfg proxy.Config, env ...map[string]string) *hostile {
 	t.Helper()
 	noLeaks(t)
 	f := &hostile{store: newLedger(t), up: newWatchUpstream(t), outcomes: make(chan string, 1024), serverLog: &syncBuffer{}}
@@ -182,22 +175,26 @@ func newHostile(t *testing.T, routes string, opts providers.Options, cfg proxy.C
 		}
 		cfg.Routes = append(cfg.Routes, proxy.Route{Path: path, Source: src})
 	}
-	h := proxy.New(cfg)
-	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newHandler(t, cfg)
+	environ := map[string]string{"UPSTREAM_URL": f.up.URL}
+	for _, e := range env {
+		for k, v := range e {
+			environ[k] = v
+		}
+	}
+	binCfg, err := config.Load(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverLog := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(f.serverLog), zapcore.DebugLevel))
+	f.srv = httptest.NewUnstartedServer(nil)
+	f.srv.Config = server.Public(binCfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
 		select {
 		case f.outcomes <- w.Header().Get(proxy.HeaderOutcome):
 		default:
 		}
-	}))
-	f.srv.Config.ReadHeaderTimeout = readHeaderTimeout
-	f.srv.Config.ReadTimeout = readTimeout
-	f.srv.Config.IdleTimeout = idleTimeout
-	f.srv.Config.MaxHeaderBytes = maxHeaderBytes
-	f.srv.Config.ErrorLog = log.New(f.serverLog, "", 0)
-	for _, fn := range tune {
-		fn(f.srv.Config)
-	}
+	}), serverLog)
 	f.srv.Start()
 	t.Cleanup(func() {
 		f.srv.Close()
@@ -738,12 +735,10 @@ func TestFingerprintStopsReplayUnderFreshID(t *testing.T) {
 	}
 }
 
-// TestHostileSlowHeaders: net/http, configured as serve.go does, cuts a
+// TestHostileSlowHeaders: the public server, as the binary builds it, cuts a
 // client off once its headers take longer than ReadHeaderTimeout.
 func TestHostileSlowHeaders(t *testing.T) {
-	f := newHostile(t, "/gh=github", providers.Options{}, proxy.Config{}, func(s *http.Server) {
-		s.ReadHeaderTimeout = 200 * time.Millisecond
-	})
+	f := newHostile(t, "/gh=github", providers.Options{}, proxy.Config{}, map[string]string{"READ_HEADER_TIMEOUT": "200ms"})
 	c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -775,4 +770,32 @@ func TestHostileSlowHeaders(t *testing.T) {
 		t.Errorf("answered %q; want nothing, or 400 from net/http", got)
 	}
 	f.expectUntouched(t, "slow headers")
+}
+
+// TestRefusedWebhookLogsTargetedID: a webhook refused before its ID was
+// claimed (here a forged signature) is logged with the ID its headers
+// carry, so an operator sees which event a forger targeted.
+func TestRefusedWebhookLogsTargetedID(t *testing.T) {
+	f := newHostile(t, "/gh=github,/stripe=stripe", providers.Options{Secrets: map[string][]string{"github": {"s"}, "stripe": {"whsec_s"}}}, proxy.Config{})
+	h := http.Header{"X-Github-Delivery": {"evt-forged"}, "X-Github-Event": {"push"}, "X-Hub-Signature-256": {"sha256=00"}}
+	if r := f.post(t, "/gh", h, "{}"); r.status != http.StatusUnauthorized {
+		t.Fatalf("forged GitHub webhook: %v, want 401", r)
+	}
+	f.nextOutcome(t)
+	// Stripe's ID is in the body, which is not read for the log line.
+	if r := f.post(t, "/stripe", http.Header{"Stripe-Signature": {"t=1,v1=00"}}, `{"id":"evt_body"}`); r.status != http.StatusUnauthorized {
+		t.Fatalf("forged Stripe webhook: %v, want 401", r)
+	}
+	f.nextOutcome(t)
+	want := map[string]string{"/gh": "evt-forged", "/stripe": ""}
+	for _, e := range f.logs.FilterMessage("webhook").All() {
+		route := e.ContextMap()["route"].(string)
+		if got := e.ContextMap()["event_id"]; got != want[route] {
+			t.Errorf("route %s: logged event_id %q, want %q", route, got, want[route])
+		}
+		delete(want, route)
+	}
+	if len(want) > 0 {
+		t.Errorf("no log line for %v", want)
+	}
 }

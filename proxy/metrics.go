@@ -89,7 +89,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_dedup_inflight_claims",
-			Help: "Claims this process holds while their requests are with the upstream.",
+			Help: "Claims this process holds and has not settled yet: their requests are with the upstream.",
 		}),
 	}
 	reg.MustRegister(m.requests, m.upstream, m.added, m.storeDuration, m.storeErrors, m.released, m.leaseLost, m.payloadMismatch, m.inflight)

@@ -5,9 +5,8 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"net"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -19,6 +18,9 @@ import (
 )
 
 // Store is what the proxy needs of a dedup store (dedup.Redis, dedup.Memory).
+// Each call must return within a bounded time whatever its context
+// (dedup.Redis bounds every command by its Timeout): the proxy claims on a
+// context that the sender hanging up does not cancel.
 type Store interface {
 	Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error)
 	Complete(ctx context.Context, c dedup.Claim, res dedup.Result, ttl time.Duration) error
@@ -70,9 +72,12 @@ type Config struct {
 	OnMissingID MissingIDPolicy
 	// BodyFingerprint also treats a body already completed as a duplicate.
 	BodyFingerprint bool
-	// ReplayResponse answers duplicates with the original response, whose
-	// body is kept up to ReplayMaxBytes (if zero, 64 KiB).
+	// ReplayResponse answers duplicates with the original response.
 	ReplayResponse bool
+	// ReplayMaxBytes is the largest response body kept for replay; a
+	// larger one is not kept, and its duplicates get the plain duplicate
+	// answer. If zero, no body is kept: only answers with an empty body
+	// are replayed.
 	ReplayMaxBytes int
 	// InflightWait is how long a duplicate of an in-flight event waits for
 	// the first to finish. If zero, it is answered at once.
@@ -98,6 +103,7 @@ type Handler struct {
 	cfg     Config
 	routes  routeTable
 	reverse *httputil.ReverseProxy
+	leases  *leases
 	log     *zap.Logger
 	m       *Metrics
 	pool    bufferPool
@@ -108,13 +114,36 @@ type Handler struct {
 	// ReverseProxy allocates 32 KiB per request.
 	copyBuffers copyBufferPool
 	logFields   fieldPool
-	// done is closed by Abandon to stop waits and upstream requests.
+	// abandon is cancelled by Abandon to stop waits and upstream requests.
 	abandon context.Context
 	stop    context.CancelFunc
 }
 
-// New returns a Handler for cfg.
-func New(cfg Config) *Handler {
+// ErrConfig is returned by New for a Config it cannot run with.
+var ErrConfig = errors.New("proxy: invalid configuration")
+
+// New returns a Handler for cfg, or an error wrapping ErrConfig when a
+// required field is missing.
+func New(cfg Config) (*Handler, error) {
+	var missing []error
+	if cfg.Upstream == nil {
+		missing = append(missing, fmt.Errorf("%w: Upstream is nil", ErrConfig))
+	}
+	if cfg.Store == nil {
+		missing = append(missing, fmt.Errorf("%w: Store is nil", ErrConfig))
+	}
+	if cfg.Metrics == nil {
+		missing = append(missing, fmt.Errorf("%w: Metrics is nil", ErrConfig))
+	}
+	for _, rt := range cfg.Routes {
+		if rt.Delivery == AsyncDelivery && cfg.Queue == nil {
+			missing = append(missing, fmt.Errorf("%w: Queue is nil, and route %s is async", ErrConfig, rt.Path))
+			break
+		}
+	}
+	if err := errors.Join(missing...); err != nil {
+		return nil, err
+	}
 	if cfg.UpstreamTimeout == 0 {
 		cfg.UpstreamTimeout = 30 * time.Second
 	}
@@ -123,9 +152,6 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 10 << 20
-	}
-	if cfg.ReplayMaxBytes == 0 {
-		cfg.ReplayMaxBytes = 64 << 10
 	}
 	if cfg.InflightStatus == 0 {
 		cfg.InflightStatus = http.StatusConflict
@@ -145,48 +171,18 @@ func New(cfg Config) *Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Handler{cfg: cfg, routes: newRouteTable(cfg.Routes), log: cfg.Logger, m: cfg.Metrics}
+	h := &Handler{
+		cfg:    cfg,
+		routes: newRouteTable(cfg.Routes),
+		leases: &leases{store: cfg.Store, lease: cfg.LeaseTTL, m: cfg.Metrics},
+		log:    cfg.Logger,
+		m:      cfg.Metrics,
+	}
 	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
 	h.budget.m.max.Set(float64(cfg.MaxBuffered))
 	h.abandon, h.stop = context.WithCancel(context.Background())
-	rewrite := Rewrite(cfg.Upstream)
-	h.reverse = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			rewrite(pr)
-			if b, ok := pr.In.Body.(*replayBody); ok && pr.Out.Body != nil {
-				pr.Out.Body = b.forUpstream()
-			}
-		},
-		Transport:      cfg.Transport,
-		ModifyResponse: h.settle,
-		ErrorHandler:   h.upstreamError,
-		// FlushInterval stays 0: an answer of known length is written in
-		// one go, while one that streams (no Content-Length, or
-		// text/event-stream) is flushed at once by ReverseProxy itself. A
-		// negative interval would also flush the headers on their own from
-		// a timer goroutine: a second write, and a goroutine, per answer.
-		BufferPool: &h.copyBuffers,
-		ErrorLog:   zap.NewStdLog(cfg.Logger.Named("reverseproxy")),
-	}
-	return h
-}
-
-// Rewrite is the httputil.ReverseProxy Rewrite hook that turns a received
-// webhook into the upstream's request: the same method, path, query,
-// headers and body, the Host the sender used (apps that verify signed URLs
-// depend on it), an ingress's X-Forwarded-For chain kept and extended, and
-// X-Forwarded-Host and -Proto as received. Sync routes and the background
-// delivery of async routes both forward through it, so the app cannot tell
-// them apart.
-func Rewrite(upstream *url.URL) func(*httputil.ProxyRequest) {
-	return func(pr *httputil.ProxyRequest) {
-		pr.SetURL(upstream)
-		pr.Out.Host = pr.In.Host
-		if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
-			pr.Out.Header["X-Forwarded-For"] = xff
-		}
-		pr.SetXForwarded()
-	}
+	h.reverse = h.newReverseProxy(cfg.Upstream)
+	return h, nil
 }
 
 // NewTransport returns the upstream transport: a clone of
@@ -229,50 +225,3 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.serveWebhook(w, r, route, ext)
 }
-
-// upstreamError answers 504 when the upstream ran past UpstreamTimeout, 502
-// when it could not be reached or broke off, and 400 when the sender's own
-// body broke off; a claim is released first. When the sender hung up (its
-// request's context was cancelled, and not by Abandon) the answer reaches no
-// one, and the outcome says client-gone rather than blaming the upstream.
-func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	status, outcome := http.StatusBadGateway, outcomeUpstreamError
-	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		status = http.StatusGatewayTimeout
-	}
-	if errors.Is(r.Context().Err(), context.Canceled) && h.abandon.Err() == nil {
-		outcome = outcomeClientGone
-	}
-	c, _ := r.Context().Value(claimedKey{}).(*claimed)
-	if c != nil {
-		c.wh.err = err
-		if c.hasher != nil && c.hasher.readError() != nil {
-			// The sender's streamed body broke off (it hung up or was too
-			// slow): the sender's fault, not the upstream's.
-			status, outcome = http.StatusBadRequest, outcomeBadRequest
-		}
-		// Release before answering, so a retry sent the moment the sender
-		// has its answer is forwarded rather than found in flight.
-		if !c.settled {
-			c.settled = true
-			h.release(r.Context(), c)
-		}
-	}
-	if ex, ok := w.(*exchange); ok {
-		ex.upstreamErr = err
-		ex.outcome = outcome
-	}
-	switch outcome {
-	case outcomeBadRequest:
-		h.log.Debug("sender's body broke off", zap.Error(err))
-	case outcomeClientGone:
-		h.log.Debug("upstream request cancelled: the sender went away", zap.Error(err))
-	default:
-		h.log.Warn("upstream error", zap.String("path", r.URL.Path), zap.Int("status", status), zap.Error(err))
-	}
-	w.WriteHeader(status)
-}
-
-// fingerprint is the SHA-256 of a body.
-func fingerprint(body []byte) [32]byte { return sha256.Sum256(body) }

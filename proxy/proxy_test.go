@@ -89,6 +89,13 @@ type fixture struct {
 // ROUTES syntax), on an embedded store unless cfg names one.
 func newFixture(t *testing.T, routes string, cfg proxy.Config) *fixture {
 	t.Helper()
+	return newWrappedFixture(t, routes, cfg, nil)
+}
+
+// newWrappedFixture is newFixture with the proxy's handler inside wrap
+// (nil: none), for a test that watches the requests it serves.
+func newWrappedFixture(t *testing.T, routes string, cfg proxy.Config, wrap func(http.Handler) http.Handler) *fixture {
+	t.Helper()
 	up := newUpstream(t)
 	u, _ := url.Parse(up.URL)
 	cfg.Upstream = u
@@ -117,8 +124,12 @@ func newFixture(t *testing.T, routes string, cfg proxy.Config) *fixture {
 		}
 		cfg.Routes = append(cfg.Routes, proxy.Route{Path: path, Source: src, Delivery: delivery})
 	}
-	h := proxy.New(cfg)
-	srv := httptest.NewServer(h)
+	h := newHandler(t, cfg)
+	var served http.Handler = h
+	if wrap != nil {
+		served = wrap(h)
+	}
+	srv := httptest.NewServer(served)
 	t.Cleanup(srv.Close)
 	return &fixture{up: up, store: cfg.Store, h: h, srv: srv, reg: reg}
 }
@@ -366,6 +377,62 @@ func TestInFlightDuplicate(t *testing.T) {
 	wantAnswer(t, <-firstBB, http.StatusOK, "forwarded")
 }
 
+// holdFirst makes the upstream hold the first request it gets until finish
+// is called (at the latest when the test ends), then answer it status;
+// later requests are answered 200 at once. arrived signals the first.
+func holdFirst(t *testing.T, f *fixture, status int) (arrived <-chan struct{}, finish func()) {
+	first, release := make(chan struct{}, 1), make(chan struct{})
+	var n atomic.Int64
+	f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if n.Add(1) == 1 {
+			first <- struct{}{}
+			<-release
+			w.WriteHeader(status)
+		}
+	})
+	var once sync.Once
+	finish = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(finish) // before the servers close, should the test fail
+	return first, finish
+}
+
+// lookupWatch is an embedded store that reports the key of every Lookup:
+// a copy waiting for the first one's outcome (INFLIGHT_WAIT) looks it up.
+type lookupWatch struct {
+	*dedup.Memory
+	looked chan string
+}
+
+func newLookupWatch(t *testing.T) lookupWatch {
+	m := dedup.NewMemory()
+	t.Cleanup(func() { m.Close() })
+	return lookupWatch{Memory: m, looked: make(chan string, 1024)}
+}
+
+func (s lookupWatch) Lookup(ctx context.Context, key string) (dedup.Record, error) {
+	select {
+	case s.looked <- key:
+	default:
+	}
+	return s.Memory.Lookup(ctx, key)
+}
+
+// awaitLookup waits until key has been looked up: a copy is waiting on it.
+func (s lookupWatch) awaitLookup(t *testing.T, key string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case k := <-s.looked:
+			if k == key {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("nothing looked %s up within 10s: no copy waited for the first", key)
+		}
+	}
+}
+
 func TestInflightWait(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -376,22 +443,16 @@ func TestInflightWait(t *testing.T) {
 		{"first fails: forwarded", http.StatusInternalServerError, "forwarded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, "/gh=github", proxy.Config{InflightWait: 20 * time.Second})
-			arrived, release := make(chan struct{}, 2), make(chan struct{})
-			var n atomic.Int64
-			f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, _ []byte) {
-				if n.Add(1) == 1 {
-					arrived <- struct{}{}
-					<-release
-					w.WriteHeader(tc.firstStatus)
-				}
-			})
+			st := newLookupWatch(t)
+			f := newFixture(t, "/gh=github", proxy.Config{Store: st, InflightWait: 20 * time.Second})
+			arrived, finish := holdFirst(t, f, tc.firstStatus)
 			first := f.postAsync(t, "/gh", gh("w1"), "{}")
 			<-arrived
 			second := f.postAsync(t, "/gh", gh("w1"), "{}")
-			// The second copy is waiting (it cannot have been answered: the
-			// first holds the claim); let the first finish.
-			close(release)
+			// Only once the second copy is visibly waiting (it looks the
+			// first one up) does the first finish.
+			st.awaitLookup(t, "test:github:w1")
+			finish()
 			wantAnswer(t, <-first, tc.firstStatus, "forwarded")
 			wantAnswer(t, <-second, http.StatusOK, tc.want)
 		})
@@ -399,7 +460,8 @@ func TestInflightWait(t *testing.T) {
 }
 
 func TestInflightWaitEndsUnresolved(t *testing.T) {
-	f := newFixture(t, "/gh=github", proxy.Config{InflightWait: 100 * time.Millisecond, InflightStatus: http.StatusServiceUnavailable})
+	st := newLookupWatch(t)
+	f := newFixture(t, "/gh=github", proxy.Config{Store: st, InflightWait: 100 * time.Millisecond, InflightStatus: http.StatusServiceUnavailable})
 	arrived, release := blockingUpstream(f)
 	defer close(release)
 	f.postAsync(t, "/gh", gh("u1"), "{}")
@@ -408,6 +470,16 @@ func TestInflightWaitEndsUnresolved(t *testing.T) {
 	wantAnswer(t, resp, http.StatusServiceUnavailable, "in-flight")
 	if resp.Header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
+	}
+	// The answer came after a wait (the copy looked the first one up),
+	// while the first is still held at the upstream.
+	select {
+	case k := <-st.looked:
+		if k != "test:github:u1" {
+			t.Errorf("looked up %s, want test:github:u1", k)
+		}
+	default:
+		t.Error("the copy was answered in-flight without waiting for the first")
 	}
 }
 
@@ -429,22 +501,59 @@ func TestUpstreamFailuresRelease(t *testing.T) {
 	})
 }
 
-func TestClientGoneReleases(t *testing.T) {
-	f := newFixture(t, "/gh=github", proxy.Config{})
-	arrived, release := blockingUpstream(f)
-	defer close(release)
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/gh", strings.NewReader("{}"))
-	req.Header.Set("X-GitHub-Delivery", "c1")
-	done := doAsync(req)
-	<-arrived
-	cancel()
-	<-done
-	pollFree(t, f.store, "test:github:c1")
-	// Counted as the sender's doing, not as an upstream error.
-	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
-	if n := f.counter(t, "webhook_dedup_requests_total", "outcome", "upstream-error"); n != 0 {
-		t.Errorf("counted %v upstream errors, want 0", n)
+// TestSenderGoneAfterForwardAppSettles: a sender that hangs up once its
+// request reached the app changes nothing: the app keeps working, copies
+// meanwhile are in flight, and the app's answer settles the claim, 2xx
+// completing it (the retry is a duplicate), anything else releasing it.
+func TestSenderGoneAfterForwardAppSettles(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		next   string
+		calls  int64
+	}{
+		{"app answers 200: completed", http.StatusOK, "duplicate", 1},
+		{"app answers 500: released", http.StatusInternalServerError, "forwarded", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, "/gh=github", proxy.Config{})
+			arrived, finish := holdFirst(t, f, tc.status)
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/gh", strings.NewReader("{}"))
+			req.Header.Set("X-GitHub-Delivery", "c1")
+			done := doAsync(req)
+			<-arrived
+			cancel()
+			<-done
+			wantAnswer(t, f.post(t, "/gh", gh("c1"), "{}"), http.StatusConflict, "in-flight")
+			finish()
+			pollSettled(t, f.store, "test:github:c1")
+			wantAnswer(t, f.post(t, "/gh", gh("c1"), "{}"), http.StatusOK, tc.next)
+			if got := f.up.calls.Load(); got != tc.calls {
+				t.Errorf("the app was called %d times, want %d", got, tc.calls)
+			}
+			for _, outcome := range []string{"client-gone", "upstream-error"} {
+				if n := f.counter(t, "webhook_dedup_requests_total", "outcome", outcome); n != 0 {
+					t.Errorf("counted %v %s, want 0", n, outcome)
+				}
+			}
+		})
+	}
+}
+
+// pollSettled waits, with a deadline, until key is no longer in flight.
+func pollSettled(t *testing.T, s proxy.Store, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := s.Lookup(context.Background(), key)
+		if errors.Is(err, dedup.ErrNotFound) || (err == nil && rec.State != dedup.InFlight) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s still in flight after 5s (%v)", key, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -462,40 +571,53 @@ func doAsync(req *http.Request) <-chan error {
 	return done
 }
 
-// stallingStore is an embedded store whose claims wait for their caller to
-// give up, as a Redis call in progress does when the sender hangs up.
+// stallingStore is an embedded store whose claims wait until the test lets
+// them go. A claim whose caller gives up first is taken all the same, as a
+// Redis SET NX already sent is: only the answer is lost.
 type stallingStore struct {
 	*dedup.Memory
-	claiming chan struct{}
+	claiming chan string // the key of each claim as it begins
+	proceed  chan struct{}
 }
 
-func (s stallingStore) Claim(ctx context.Context, key string, _ time.Duration) (dedup.Claim, dedup.Record, error) {
-	s.claiming <- struct{}{}
+func (s stallingStore) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error) {
+	s.claiming <- key
 	select {
+	case <-s.proceed:
+		return s.Memory.Claim(ctx, key, lease)
 	case <-ctx.Done():
+		_, _, _ = s.Memory.Claim(context.Background(), key, lease)
 		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, ctx.Err())
-	case <-time.After(10 * time.Second): // the test failed: let the server close
-		return dedup.Claim{}, dedup.Record{}, errDown
 	}
 }
 
 // TestSenderGoneDuringClaim: a sender that hangs up while its event is
-// being claimed is counted as client-gone, not as a store failure, and
-// nothing is forwarded. (net/http notices a closed connection once the
-// body has been read, as it is on a JSON route.)
+// being claimed is counted as client-gone, not as a store failure; nothing
+// is forwarded, and the claim the store took meanwhile is released rather
+// than left to sit out its lease. (net/http notices a closed connection
+// once the body has been read, as it is on a JSON route.)
 func TestSenderGoneDuringClaim(t *testing.T) {
-	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan struct{}, 1)}
+	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan string, 1), proceed: make(chan struct{})}
 	t.Cleanup(func() { st.Close() })
-	f := newFixture(t, "/events=json:id", proxy.Config{Store: st})
+	gone := make(chan struct{}) // closed once the proxy sees the sender gone
+	f := newWrappedFixture(t, "/events=json:id", proxy.Config{Store: st}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			context.AfterFunc(r.Context(), func() { close(gone) })
+			h.ServeHTTP(w, r)
+		})
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/events", strings.NewReader(`{"id":"c2"}`))
 	done := doAsync(req)
-	<-st.claiming
+	key := <-st.claiming
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the request succeeded after its sender cancelled it")
 	}
+	<-gone
+	close(st.proceed) // the store takes the claim just after the sender left
+	pollFree(t, f.store, key)
 	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
 	for _, outcome := range []string{"store-unavailable", "forwarded"} {
 		if n := f.counter(t, "webhook_dedup_requests_total", "outcome", outcome); n != 0 {
@@ -627,8 +749,18 @@ func TestBodyTooLarge(t *testing.T) {
 
 func TestJSONSourceAndFingerprintMismatchStillDuplicate(t *testing.T) {
 	f := newFixture(t, "/stripe=stripe", proxy.Config{})
+	mismatches := func() float64 {
+		return f.counter(t, "webhook_dedup_payload_mismatch_total", "route", "/stripe")
+	}
 	wantAnswer(t, f.post(t, "/stripe", nil, `{"id":"evt_1","n":1}`), 200, "forwarded")
+	wantAnswer(t, f.post(t, "/stripe", nil, `{"id":"evt_1","n":1}`), 200, "duplicate")
+	if n := mismatches(); n != 0 {
+		t.Fatalf("an identical duplicate counted %v payload mismatches, want 0", n)
+	}
 	wantAnswer(t, f.post(t, "/stripe", nil, `{"id":"evt_1","n":2}`), 200, "duplicate")
+	if n := mismatches(); n != 1 {
+		t.Fatalf("a duplicate with a different body counted %v payload mismatches, want 1", n)
+	}
 	wantAnswer(t, f.post(t, "/stripe", nil, `{"id":"evt_2","n":1}`), 200, "forwarded")
 	wantAnswer(t, f.post(t, "/stripe", nil, `not json`), 200, "forwarded-unchecked")
 }
@@ -661,6 +793,60 @@ func TestReplayResponse(t *testing.T) {
 	}
 	if f.up.calls.Load() != 1 {
 		t.Fatal("duplicate reached the upstream")
+	}
+}
+
+// TestReplayMaxBytesZero: REPLAY_MAX_BYTES=0 keeps no body: a duplicate of
+// an answer with a body gets the plain duplicate answer, while an answer
+// with none is still replayed.
+func TestReplayMaxBytesZero(t *testing.T) {
+	f := newFixture(t, "/tw=header:I-Twilio-Idempotency-Token", proxy.Config{ReplayResponse: true, ReplayMaxBytes: 0})
+	f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+	})
+	withBody := map[string]string{"I-Twilio-Idempotency-Token": "z1"}
+	wantAnswer(t, f.post(t, "/tw", withBody, "<Response/>"), http.StatusCreated, "forwarded")
+	resp := f.post(t, "/tw", withBody, "<Response/>")
+	wantAnswer(t, resp, http.StatusOK, "duplicate")
+	if b := readAll(t, resp); strings.Contains(b, "Response") {
+		t.Fatalf("replayed %q; REPLAY_MAX_BYTES=0 keeps no body", b)
+	}
+
+	empty := map[string]string{"I-Twilio-Idempotency-Token": "z2"}
+	wantAnswer(t, f.post(t, "/tw", empty, ""), http.StatusCreated, "forwarded")
+	resp = f.post(t, "/tw", empty, "")
+	wantAnswer(t, resp, http.StatusCreated, "duplicate")
+	if ct := resp.Header.Get("Content-Type"); ct != "text/xml" {
+		t.Fatalf("replayed Content-Type %q, want text/xml", ct)
+	}
+}
+
+// TestNewRequiresStoreMetricsUpstream: a Config without one of them is
+// refused with ErrConfig naming it, not accepted to panic on a request.
+func TestNewRequiresStoreMetricsUpstream(t *testing.T) {
+	u, _ := url.Parse("http://127.0.0.1:1")
+	m := dedup.NewMemory()
+	t.Cleanup(func() { m.Close() })
+	full := proxy.Config{Upstream: u, Store: m, Metrics: proxy.NewMetrics(prometheus.NewRegistry())}
+	if _, err := proxy.New(full); err != nil {
+		t.Fatalf("New with every required field: %v", err)
+	}
+	for _, tc := range []struct {
+		field string
+		drop  func(*proxy.Config)
+	}{
+		{"Upstream", func(c *proxy.Config) { c.Upstream = nil }},
+		{"Store", func(c *proxy.Config) { c.Store = nil }},
+		{"Metrics", func(c *proxy.Config) { c.Metrics = nil }},
+	} {
+		cfg := full
+		tc.drop(&cfg)
+		h, err := proxy.New(cfg)
+		if h != nil || !errors.Is(err, proxy.ErrConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("New without %s: handler %t, error %v; want no handler and ErrConfig naming %s", tc.field, h != nil, err, tc.field)
+		}
 	}
 }
 

@@ -47,7 +47,7 @@ func TestStreamedBodyFingerprint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := httptest.NewServer(proxy.New(proxy.Config{
+			srv := httptest.NewServer(newHandler(t, proxy.Config{
 				Upstream:  u,
 				Routes:    []proxy.Route{{Path: "/gh", Source: src}},
 				Store:     store,

@@ -113,7 +113,7 @@ func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 		failed []string
 	)
 	// One attempt per copy (maxAttempts 1): a sender that never retries.
-	sendPlanned(ctx, s, deliveries, func(_ answer, err error) {
+	sendPlanned(ctx, s, deliveries, runConcurrent, func(_ answer, err error) {
 		if err != nil {
 			mu.Lock()
 			failed = append(failed, err.Error())

@@ -29,16 +29,19 @@ const (
 func TestExactlyOnceRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
-	exactlyOnceRun(t, "redis", srv.URL())
+	exactlyOnceRun(t, "redis", map[string]string{"REDIS_URL": srv.URL()}, runConcurrent)
 }
 
 // TestExactlyOnceEmbedded is the same run on the embedded store.
 func TestExactlyOnceEmbedded(t *testing.T) {
 	t.Parallel()
-	exactlyOnceRun(t, "embedded", "")
+	exactlyOnceRun(t, "embedded", nil, runConcurrent)
 }
 
-func exactlyOnceRun(t *testing.T, store, redisURL string) {
+// exactlyOnceRun runs the exactly-once run on the store that storeEnv
+// configures (nil: the embedded one), with concurrent events in flight at
+// once.
+func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, concurrent int) {
 	app := newUpstream(t)
 	app.FailWhen(func(k string, attempt int) bool { return seeded(runSeed, runFailOneIn, k, attempt) })
 	// A few milliseconds of work, so that concurrent copies overlap.
@@ -48,10 +51,12 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 	env := map[string]string{
 		"UPSTREAM_URL":     app.URL,
 		"ROUTES":           routes(allProviders...),
-		"REDIS_URL":        redisURL,
 		"UPSTREAM_TIMEOUT": "10s",
 	}
 	for k, v := range signedSecrets {
+		env[k] = v
+	}
+	for k, v := range storeEnv {
 		env[k] = v
 	}
 	px := startProxy(t, env)
@@ -79,7 +84,7 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 		failed []string
 		okBy   = map[string]int{} // the X-Webhook-Dedup of each copy's final 2xx
 	)
-	sendPlanned(ctx, s, deliveries, func(a answer, err error) {
+	sendPlanned(ctx, s, deliveries, concurrent, func(a answer, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -142,12 +147,12 @@ func exactlyOnceRun(t *testing.T, store, redisURL string) {
 }
 
 // sendPlanned delivers every planned event's copies through s, at most
-// runConcurrent events at once, the copies of one a few milliseconds apart
+// concurrent events at once, the copies of one a few milliseconds apart
 // (as they leave a provider), and hands each copy's final answer to done,
 // which may be called from several goroutines at once.
-func sendPlanned(ctx context.Context, s *sender, deliveries []delivery, done func(answer, error)) {
+func sendPlanned(ctx context.Context, s *sender, deliveries []delivery, concurrent int, done func(answer, error)) {
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, runConcurrent)
+	slots := make(chan struct{}, concurrent)
 	for _, d := range deliveries {
 		slots <- struct{}{}
 		var copiesDone sync.WaitGroup

@@ -37,6 +37,9 @@ type upstream struct {
 	fail func(key string, attempt int) bool
 	// work is how long the app works on the attempt-th request for key. Nil: no time.
 	work func(key string, attempt int) time.Duration
+	// stubborn makes the app finish its work and apply the effect even when
+	// its client (the proxy) hung up, as most legacy apps do.
+	stubborn bool
 	// hold, when not nil, holds every webhook request until it is closed
 	// or the request's context ends (the proxy gave up or died); a request
 	// whose context ends has no effect.
@@ -135,7 +138,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.attempts[k]++
 	attempt := u.attempts[k]
-	hold, fail, work := u.hold, u.fail, u.work
+	hold, fail, work, stubborn := u.hold, u.fail, u.work, u.stubborn
 	u.mu.Unlock()
 	select {
 	case u.entered <- k:
@@ -155,9 +158,13 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if work != nil {
 		t := time.NewTimer(work(k, attempt))
+		gone := r.Context().Done()
+		if stubborn {
+			gone = nil // the work goes on whatever the client does
+		}
 		select {
 		case <-t.C:
-		case <-r.Context().Done():
+		case <-gone:
 			t.Stop()
 			return
 		}
@@ -172,7 +179,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "app failed on %s attempt %d\n", k, attempt)
 		return
 	}
-	if r.Context().Err() != nil {
+	if r.Context().Err() != nil && !stubborn {
 		return // the proxy is gone: the app's transaction rolls back
 	}
 	u.mu.Lock()
@@ -260,35 +267,47 @@ func (u *upstream) WorkFor(work func(key string, attempt int) time.Duration) {
 	u.work = work
 }
 
+// IgnoreHangUp makes the app behave as most legacy apps do: once it has the
+// whole request it finishes its work and applies the effect, even when its
+// client (the proxy) hangs up meanwhile.
+func (u *upstream) IgnoreHangUp() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stubborn = true
+}
+
 // awaitEntered waits until a webhook request for k reaches the app.
 func (u *upstream) awaitEntered(t testing.TB, k string) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case got := <-u.entered:
-			if got == k {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no request for %s reached the app within 10s", k)
-		}
-	}
+	awaitValue(t, u.entered, k, "no request for "+k+" reached the app")
 }
 
 // awaitAbandoned waits until a held request for k ends without effect
 // because the proxy gave up on it or died.
 func (u *upstream) awaitAbandoned(t testing.TB, k string) {
 	t.Helper()
+	awaitValue(t, u.abandoned, k, "the held request for "+k+" was not abandoned")
+}
+
+// awaitArrived waits until the headers of a request on path reach the app.
+func (u *upstream) awaitArrived(t testing.TB, path string) {
+	t.Helper()
+	awaitValue(t, u.arrived, path, "no request on "+path+" reached the app")
+}
+
+// awaitValue waits until want comes out of ch, for at most 10 seconds, and
+// fails the test with failure if it does not.
+func awaitValue(t testing.TB, ch <-chan string, want, failure string) {
+	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
-		case got := <-u.abandoned:
-			if got == k {
+		case got := <-ch:
+			if got == want {
 				return
 			}
 		case <-deadline:
-			t.Fatalf("the held request for %s was not abandoned within 10s", k)
+			t.Fatalf("%s within 10s", failure)
 		}
 	}
 }

@@ -1,0 +1,112 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDynamoDBChosen(t *testing.T) {
+	env := base()
+	env["DYNAMODB_TABLE"] = "webhook-dedup"
+	c, err := Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != (Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}) {
+		t.Errorf("Store = %+v, want DynamoDB chosen by DYNAMODB_TABLE", c.Store)
+	}
+	if c.StoreTimeout != time.Second {
+		t.Errorf("StoreTimeout = %s, want the default 1s", c.StoreTimeout)
+	}
+	if c.Store.Kind.SupportsAsync() {
+		t.Error("DynamoDB claims to support async delivery")
+	}
+}
+
+func TestDynamoDBErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"with Redis", map[string]string{"REDIS_URL": "redis://r:6379", "DYNAMODB_TABLE": "t-1"}, "DYNAMODB_TABLE: set together with REDIS_URL"},
+		{"bad name", map[string]string{"DYNAMODB_TABLE": "a b"}, `DYNAMODB_TABLE: "a b" is not a table name`},
+		{"short name", map[string]string{"DYNAMODB_TABLE": "ab"}, "DYNAMODB_TABLE"},
+		{"replay larger than an item", map[string]string{"DYNAMODB_TABLE": "t-1", "REPLAY_MAX_BYTES": "400000"}, "REPLAY_MAX_BYTES: 400000 is more than DynamoDB's items hold"},
+		{"Redis settings without Redis", map[string]string{"DYNAMODB_TABLE": "t-1", "REDIS_PASSWORD": "x"}, "REDIS_PASSWORD: set, but no Redis is configured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := base()
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			_, err := Load(env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	env := base()
+	env["DYNAMODB_TABLE"] = "arn:aws:dynamodb:eu-west-1:123456789012:table/webhook-dedup"
+	if _, err := Load(env); err != nil {
+		t.Errorf("a table's ARN: %v", err)
+	}
+}
+
+func TestStoreTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		env          map[string]string
+		store, redis time.Duration
+	}{
+		{"default", nil, time.Second, time.Second},
+		{"a quarter of a short UPSTREAM_TIMEOUT", map[string]string{"UPSTREAM_TIMEOUT": "2s"}, 500 * time.Millisecond, 500 * time.Millisecond},
+		{"set: Redis follows", map[string]string{"STORE_TIMEOUT": "300ms"}, 300 * time.Millisecond, 300 * time.Millisecond},
+		{"REDIS_TIMEOUT wins for Redis", map[string]string{"STORE_TIMEOUT": "300ms", "REDIS_TIMEOUT": "700ms"}, 300 * time.Millisecond, 700 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := base()
+			env["REDIS_URL"] = "redis://r:6379"
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			c, err := Load(env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.StoreTimeout != tc.store || c.RedisTimeout != tc.redis {
+				t.Errorf("StoreTimeout %s, RedisTimeout %s; want %s, %s", c.StoreTimeout, c.RedisTimeout, tc.store, tc.redis)
+			}
+		})
+	}
+	for _, tc := range []struct{ value, want string }{
+		{"-1s", "STORE_TIMEOUT: must be a positive duration"},
+		{"10s", "STORE_TIMEOUT: 10s is more than a quarter of UPSTREAM_TIMEOUT"},
+	} {
+		env := base()
+		env["STORE_TIMEOUT"] = tc.value
+		if _, err := Load(env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("STORE_TIMEOUT=%s: Load = %v, want an error containing %q", tc.value, err, tc.want)
+		}
+	}
+}
+
+func TestAsyncError(t *testing.T) {
+	for _, tc := range []struct {
+		store Store
+		want  string // empty: async is supported
+	}{
+		{Store{Kind: StoreRedis, Variable: "REDIS_URL", RedisMode: RedisStandalone}, ""},
+		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, "DELIVERY: async delivery needs a store that keeps its queue: DATA_DIR, REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS) or DATABASE_URL; DYNAMODB_TABLE supports sync delivery only"},
+		{Store{Kind: StoreMemory}, "the embedded in-memory store (no store configured) supports sync delivery only"},
+	} {
+		err := tc.store.AsyncError("DELIVERY")
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: AsyncError = %v, want nil", tc.store.Kind, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: AsyncError = %v, want one containing %q", tc.store.Kind, err, tc.want)
+		}
+	}
+}

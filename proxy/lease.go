@@ -1,0 +1,199 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// finishTimeout bounds completing or releasing a claim, which must not
+// depend on the sender still being there.
+const finishTimeout = 5 * time.Second
+
+// A Lease is this process's hold on one claimed event, from its claim until
+// it is settled: Complete once the app took the event (a 2xx), so that
+// later copies are duplicates; Release when it did not, so that the
+// sender's retry is forwarded. A lease left unsettled (the process died)
+// lapses after the claim's lease time.
+//
+// Settling needs no request and no ResponseWriter: the proxy settles a
+// lease with the upstream's answer, and a background delivery can settle
+// its own the same way. Complete and Release are safe to call more than
+// once and from several goroutines: the first call settles the lease, the
+// later ones do nothing and return nil. Both run on a context of their own
+// (bounded by finishTimeout) that keeps ctx's values but not its
+// cancellation: the record must be written even when the sender is gone.
+type Lease struct {
+	claim dedup.Claim
+	// ttl is the lifetime of the completed record.
+	ttl time.Duration
+	// bodyKey, when not empty, is where Complete also records the body's
+	// fingerprint (DEDUP_BODY_FINGERPRINT).
+	bodyKey string
+	ls      *leases
+
+	mu      sync.Mutex
+	settled bool
+	// took is how long settling took; err is what it failed with.
+	took time.Duration
+	err  error
+}
+
+// leases takes claims in one store and settles them, counting both in the
+// store metrics.
+type leases struct {
+	store Store
+	// lease is the lifetime of a claim before it is settled.
+	lease time.Duration
+	m     *Metrics
+}
+
+// claim claims key for this process. It returns the lease when the claim is
+// ours, or else the record that holds the key.
+//
+// ctx must not be the sender's: a claim call the sender's hang-up cut short
+// may still have been carried out by the store (a SET NX already sent),
+// and its claim would then sit out its lease time unseen. On a context
+// that outlives the sender, the claim comes back as a lease, for the
+// caller to release. The proxy passes the Handler's own context, which
+// only Abandon cancels; the call is bounded by the store's own limit on
+// each operation (see Store).
+func (ls *leases) claim(ctx context.Context, key string, ttl time.Duration, bodyKey string) (*Lease, dedup.Record, error) {
+	start := time.Now()
+	c, rec, err := ls.store.Claim(ctx, key, ls.lease)
+	ls.m.observeStore(opClaim, start, err)
+	if err != nil || c.Token == "" {
+		return nil, rec, err
+	}
+	ls.m.inflight.Inc()
+	return &Lease{claim: c, ttl: ttl, bodyKey: bodyKey, ls: ls}, rec, nil
+}
+
+// Key is the store key the lease holds.
+func (l *Lease) Key() string { return l.claim.Key }
+
+// Complete records the event as completed with res, for the lease's TTL.
+func (l *Lease) Complete(ctx context.Context, res dedup.Result) error {
+	return l.settle(ctx, opComplete, func(ctx context.Context) error {
+		err := l.ls.store.Complete(ctx, l.claim, res, l.ttl)
+		if err == nil && l.bodyKey != "" {
+			l.ls.rememberBody(ctx, l.bodyKey, res, l.ttl)
+		}
+		return err
+	})
+}
+
+// Release gives the claim up, so that the next copy of the event is
+// forwarded.
+func (l *Lease) Release(ctx context.Context) error {
+	return l.settle(ctx, opRelease, func(ctx context.Context) error {
+		err := l.ls.store.Release(ctx, l.claim)
+		if err == nil {
+			l.ls.m.released.Inc()
+		}
+		return err
+	})
+}
+
+// Settled reports whether Complete or Release has run.
+func (l *Lease) Settled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.settled
+}
+
+// settlement is how long settling took and what it failed with.
+func (l *Lease) settlement() (time.Duration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.took, l.err
+}
+
+// settle runs op once, the first time either settling method is called.
+func (l *Lease) settle(ctx context.Context, op string, do func(context.Context) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.settled {
+		return nil
+	}
+	l.settled = true
+	l.ls.m.inflight.Dec()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	start := time.Now()
+	err := do(ctx)
+	l.took = time.Since(start)
+	switch {
+	case errors.Is(err, dedup.ErrNotOwner):
+		l.ls.m.observeStore(op, start, nil)
+		l.ls.m.leaseLost.Inc()
+		l.err = fmt.Errorf("lease expired before %s: the event may be forwarded again: %w", op, err)
+	case err != nil:
+		l.ls.m.observeStore(op, start, err)
+		l.err = fmt.Errorf("%s failed: the claim stays until its lease expires: %w", op, err)
+	default:
+		l.ls.m.observeStore(op, start, nil)
+	}
+	return l.err
+}
+
+// rememberBody records a completed body's fingerprint under its own key. A
+// failure leaves the event's own record, which still holds.
+func (ls *leases) rememberBody(ctx context.Context, key string, res dedup.Result, ttl time.Duration) {
+	start := time.Now()
+	c, _, err := ls.store.Claim(ctx, key, ls.lease)
+	ls.m.observeStore(opClaim, start, err)
+	if err != nil || c.Token == "" {
+		return // already recorded by another delivery, or the store failed
+	}
+	start = time.Now()
+	res.FullFingerprint = false // its key holds the whole one
+	err = ls.store.Complete(ctx, c, res, ttl)
+	ls.m.observeStore(opComplete, start, err)
+}
+
+// settle is the upstream's answer arriving for a forwarded request
+// (ReverseProxy's ModifyResponse): a lease the request holds is settled
+// before the sender sees the answer, so a retry sent the moment it does
+// already finds the record. A 2xx completes it, anything else releases it.
+// With ReplayResponse the answer's body is read first (up to
+// ReplayMaxBytes) to keep it, then handed on unchanged.
+func (h *Handler) settle(resp *http.Response) error {
+	f := forwardingFrom(resp.Request.Context())
+	if f == nil || f.lease == nil {
+		return nil // passed through, or forwarded unchecked
+	}
+	ctx := resp.Request.Context()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		_ = f.lease.Release(ctx) // its error is in the lease, for the log line
+		return nil
+	}
+	// The body's own record (rememberBody) is found by the whole
+	// fingerprint, and the admin API's forget finds it from this one's.
+	res := dedup.Result{Status: resp.StatusCode, Fingerprint: f.fingerprint(), FullFingerprint: h.cfg.BodyFingerprint}
+	if h.cfg.ReplayResponse {
+		res.ContentType, res.Body, resp.Body = keepForReplay(resp, h.cfg.ReplayMaxBytes)
+	}
+	_ = f.lease.Complete(ctx, res)
+	return nil
+}
+
+// keepForReplay reads up to limit bytes of resp's body, returning them
+// with its Content-Type, and the body to hand on, unchanged. A body larger
+// than limit, or cut short, is not kept (nil, ""): a duplicate then gets
+// the plain duplicate answer rather than a truncated copy.
+func keepForReplay(resp *http.Response, limit int) (contentType string, kept []byte, body io.ReadCloser) {
+	kept, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	body = readCloser{io.MultiReader(bytes.NewReader(kept), resp.Body), resp.Body}
+	if err != nil || len(kept) > limit {
+		return "", nil, body
+	}
+	return resp.Header.Get("Content-Type"), kept, body
+}
