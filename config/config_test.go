@@ -168,6 +168,12 @@ func TestAsyncNeedsDurableStore(t *testing.T) {
 	if _, err := Load(env); err != nil {
 		t.Fatalf("every route sync under DELIVERY=async, in memory: %v", err)
 	}
+	dynamo := base()
+	dynamo["ROUTES"], dynamo["DYNAMODB_TABLE"], dynamo["AWS_REGION"] = "/a=github;async", "webhook-dedup", "eu-west-1"
+	_, err = Load(dynamo)
+	if err == nil || !strings.Contains(err.Error(), "DELIVERY") || !strings.Contains(err.Error(), "DYNAMODB_TABLE supports sync delivery only") || !strings.Contains(err.Error(), "/a") {
+		t.Fatalf("an ;async route on DynamoDB: %v, want an error naming DELIVERY, DYNAMODB_TABLE and the route", err)
+	}
 	env["REDIS_URL"], env["ROUTES"] = "redis://127.0.0.1:6379", "/=auto"
 	if _, err := Load(env); err != nil {
 		t.Fatalf("async on Redis: %v", err)
