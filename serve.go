@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -327,8 +328,15 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 		return openRedis(cfg, log)
 	case config.StoreDynamoDB:
 		return openDynamoDB(cfg, log)
+	case config.StoreDisk:
+		st, err := dedup.OpenDisk(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("DATA_DIR: %w", err)
+		}
+		log.Info("store: embedded, on disk", zap.String("file", filepath.Join(cfg.DataDir, dedup.DiskFile)))
+		return st, nil
 	default:
-		log.Warn("no store configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		log.Warn("no store configured (DATA_DIR, REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
 }
@@ -346,6 +354,7 @@ func openRedis(cfg *config.Config, log *zap.Logger) (store, error) {
 		WaitTimeout:  cfg.RedisWaitTimeout,
 		AppName:      cfg.AppName,
 		KeyPrefix:    cfg.KeyPrefix,
+		Logger:       log.Named("store"),
 	}
 	switch cfg.Store.RedisMode {
 	case config.RedisStandalone:

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -16,6 +17,8 @@ const (
 	StoreRedis StoreKind = "redis"
 	// StoreDynamoDB is an Amazon DynamoDB table: DYNAMODB_TABLE.
 	StoreDynamoDB StoreKind = "dynamodb"
+	// StoreDisk is the embedded store in a file under DATA_DIR.
+	StoreDisk StoreKind = "disk"
 )
 
 // SupportsAsync reports whether the store can hold the async delivery
@@ -80,6 +83,7 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
 		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, c.DynamoDBTable != ""},
+		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {
@@ -92,6 +96,11 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 	}
 	for _, other := range chosen[1:] {
 		bad(other.Variable, "set together with %s: configure exactly one store", chosen[0].Variable)
+	}
+	if chosen[0].Kind == StoreDisk {
+		if err := writableDir(c.DataDir); err != nil {
+			bad("DATA_DIR", "%s is not a directory this process can write in: %v", c.DataDir, err)
+		}
 	}
 	return chosen[0]
 }
@@ -111,4 +120,20 @@ func (c *Config) completeStoreTimeout(bad func(name, format string, args ...any)
 	case limit > 0 && c.StoreTimeout > limit:
 		bad("STORE_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.StoreTimeout, c.UpstreamTimeout)
 	}
+}
+
+// writableDir makes sure dir is a directory this process can create files
+// in, creating it (and its parents) if missing: the store's file is opened
+// later, and a read-only volume had better be reported now, naming DATA_DIR.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".webhook-dedup-write-test-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.uber.org/zap"
 )
 
 // RedisConfig says how to reach Redis: one server (URL), a Redis Cluster
@@ -69,9 +70,15 @@ type RedisConfig struct {
 	// KeyPrefix, and refuses claims, lookups and pings (ErrPrefixOwned)
 	// when another app owns it. Empty: no check.
 	AppName string
-	// KeyPrefix is the prefix of the store's keys; the owner key is
-	// OwnerKey(KeyPrefix). Used only with AppName.
+	// KeyPrefix is the prefix of the store's keys (KEY_PREFIX). The owner
+	// key is OwnerKey(KeyPrefix), checked only with AppName; the async
+	// queue's keys, and the records of async events, are named under the
+	// hash tag {KeyPrefix} (see redisqueue.go). Empty: the tag
+	// {webhook-dedup}.
 	KeyPrefix string
+	// Logger is told when the async queue's consumer group had to be
+	// created again (Redis lost data). Nil: nothing is logged.
+	Logger *zap.Logger
 }
 
 // RedisTLS is how to check the Redis servers' certificates and which
@@ -115,6 +122,10 @@ func OpenRedis(cfg RedisConfig) (*Redis, error) {
 		return nil, err
 	}
 	s := NewRedis(client)
+	s.queue = newQueueKeys(cfg.KeyPrefix)
+	if cfg.Logger != nil {
+		s.log = cfg.Logger
+	}
 	s.waitReplicas = cfg.WaitReplicas
 	s.waitTimeout = orDefault(cfg.WaitTimeout, defaultWaitTimeout)
 	s.appName, s.ownerKey = cfg.AppName, OwnerKey(cfg.KeyPrefix)

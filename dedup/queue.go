@@ -14,6 +14,11 @@ var (
 	ErrNotFailed = errors.New("dedup: event is not dead-lettered")
 )
 
+// unreadableKeep is how long a store keeps, as a dead letter, an event
+// whose stored request it cannot read (written by something else, or
+// damaged): the default DEAD_LETTER_TTL, as Take has no other.
+const unreadableKeep = 168 * time.Hour
+
 // Request is a webhook request kept for background delivery: everything
 // the worker needs to forward it as a sync route would have, byte for byte.
 type Request struct {
@@ -59,7 +64,9 @@ type QueueStats struct {
 	// Depth counts the events queued or waiting for a retry (not those
 	// being delivered, not dead letters).
 	Depth int
-	// OldestAge is the age of the oldest event in Depth; zero when empty.
+	// OldestAge is the age of the oldest event accepted and not yet
+	// settled (queued, retrying or being delivered): how far behind the
+	// queue is. Zero when there is none.
 	OldestAge time.Duration
 	// DeadLetters counts the failed events kept.
 	DeadLetters int
@@ -76,7 +83,9 @@ type Queue interface {
 	// Take hands out at most n deliveries that are due, each leased to
 	// this caller for lease: events never taken, retries whose time has
 	// come, and deliveries whose holder's lease ran out. It returns at
-	// once with what is due, possibly nothing.
+	// once with what is due, possibly nothing. Every caller passes the
+	// same lease (LEASE_TTL): Redis takes a delivery over once it has been
+	// held for the taker's lease.
 	Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error)
 	// Succeed completes d's event with res, kept for ttl, and drops its
 	// request.

@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // Every script touches one key, so each runs unchanged on Redis Cluster.
@@ -42,6 +44,7 @@ type Client interface {
 	redis.Scripter
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Ping(ctx context.Context) *redis.StatusCmd
+	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
 // Redis is a store kept in Redis: one key per event ID, written and read
@@ -74,11 +77,31 @@ type Redis struct {
 	// noScriptFlags is set once the server refused complete.lua's flags
 	// line (Redis before 7): from then on completions run without them.
 	noScriptFlags atomic.Bool
+
+	// The async queue (redisqueue.go): its keys, this process's name in
+	// the consumer group, where to say the group was lost.
+	queue    queueKeys
+	consumer string
+	log      *zap.Logger
+	// groupSeen is set once a Take found the consumer group: its loss
+	// after that means Redis lost data.
+	groupSeen atomic.Bool
+	// lastPrune is when this process last pruned the group's consumers
+	// (unix ns).
+	lastPrune atomic.Int64
+	// aof says whether Enqueue also waits for the master's fsync
+	// (WAITAOF), found out once.
+	aofOnce sync.Once
+	aof     bool
 }
 
-// NewRedis returns a store that uses c. Close closes c.
+// NewRedis returns a store that uses c, with its async queue named under
+// the hash tag {webhook-dedup}. Close closes c.
 func NewRedis(c Client) *Redis {
-	return &Redis{client: c, scripts: c, completeFlagged: completeScript, lateReleases: make(chan struct{}, maxLateReleases)}
+	return &Redis{
+		client: c, scripts: c, completeFlagged: completeScript, lateReleases: make(chan struct{}, maxLateReleases),
+		queue: newQueueKeys(""), consumer: consumerName(), log: zap.NewNop(),
+	}
 }
 
 // Close closes the client, if it can be closed.
@@ -104,12 +127,32 @@ func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Cla
 	if err := s.checkedOwner(ctx); err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
+	for range 2 {
+		c, rec, found, err := s.claim(ctx, key, lease)
+		if err != nil {
+			return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+		}
+		if found {
+			return c, rec, nil
+		}
+		// The marker of an async event whose record is gone: clear it,
+		// and claim again.
+		if err := s.clearMarker(ctx, key); err != nil {
+			return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+		}
+	}
+	return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w: the key's async marker came back", key, errBadRecord)
+}
+
+// claim is one try of Claim. found is false when the key held the marker
+// of an async event whose record is gone.
+func (s *Redis) claim(ctx context.Context, key string, lease time.Duration) (c Claim, rec Record, found bool, err error) {
 	tok := newToken()
 	value := encodeInFlight(tok, time.Now().UnixMilli())
 	var v any
 	octx, cancel := s.bound(ctx)
 	defer cancel()
-	err := s.onMaster(octx, key, func(c redis.Scripter, replicate func() error) error {
+	err = s.onMaster(octx, key, func(c redis.Scripter, replicate func() error) error {
 		var err error
 		v, err = claimScript.Run(octx, c, []string{key}, value, millis(lease)).Result()
 		if err != nil || !won(v) {
@@ -133,16 +176,13 @@ func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Cla
 		s.releaseLate(key, tok, lease)
 	}
 	if err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+		return Claim{}, Record{}, false, err
 	}
 	if won(v) {
-		return Claim{Key: key, Token: hex.EncodeToString(tok[:])}, Record{State: Absent}, nil
+		return Claim{Key: key, Token: hex.EncodeToString(tok[:])}, Record{State: Absent}, true, nil
 	}
-	rec, err := recordWithTTL(v)
-	if err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
-	}
-	return Claim{}, rec, nil
+	rec, found, err = s.heldBy(octx, key, v)
+	return Claim{}, rec, found, err
 }
 
 // won reports whether the claim script's answer means the caller owns the key.
@@ -259,7 +299,10 @@ func (s *Redis) Lookup(ctx context.Context, key string) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
-	rec, err := recordWithTTL(v)
+	rec, found, err := s.heldBy(octx, key, v)
+	if err == nil && !found {
+		err = ErrNotFound
+	}
 	if err != nil {
 		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
@@ -267,14 +310,26 @@ func (s *Redis) Lookup(ctx context.Context, key string) (Record, error) {
 }
 
 // Forget deletes the record for key, whatever its state, and reports
-// whether there was one.
+// whether there was one. An async event is taken out of the queue too.
 func (s *Redis) Forget(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
 	}
 	octx, cancel := s.bound(ctx)
 	defer cancel()
-	n, err := s.client.Del(octx, key).Result()
+	// GETDEL, not DEL: only the marker of an async event sends Forget to
+	// the queue's keys, which a sync-only deployment's ACL may not cover.
+	old, err := s.client.Do(octx, "GETDEL", key).Text()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
+	}
+	if old != asyncMarker {
+		return true, nil
+	}
+	n, err := queueForgetScript.Run(octx, s.scripts, s.queue.settleKeys(key), queueGroup, key).Int64()
 	if err != nil {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
 	}

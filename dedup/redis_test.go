@@ -3,9 +3,11 @@ package dedup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,4 +342,103 @@ func TestRedisReleaseLate(t *testing.T) {
 	if err := s.Release(ctx, other); err != nil {
 		t.Errorf("the other claim's own release: %v; want it untouched until then", err)
 	}
+}
+
+// prefixed runs a queue store under a key prefix of its own, so that the
+// cases of the queue suite, which share one Redis and use the same keys,
+// each see only their own sync keys.
+type prefixed struct {
+	*Redis
+	p string
+}
+
+func (s prefixed) Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error) {
+	c, rec, err := s.Redis.Claim(ctx, s.p+key, lease)
+	c.Key = strings.TrimPrefix(c.Key, s.p)
+	return c, rec, err
+}
+
+func (s prefixed) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
+	c.Key = s.p + c.Key
+	return s.Redis.Complete(ctx, c, res, ttl)
+}
+
+func (s prefixed) Release(ctx context.Context, c Claim) error {
+	c.Key = s.p + c.Key
+	return s.Redis.Release(ctx, c)
+}
+
+func (s prefixed) Lookup(ctx context.Context, key string) (Record, error) {
+	return s.Redis.Lookup(ctx, s.p+key)
+}
+
+func (s prefixed) Forget(ctx context.Context, key string) (bool, error) {
+	return s.Redis.Forget(ctx, s.p+key)
+}
+
+func (s prefixed) Enqueue(ctx context.Context, key string, req Request) (bool, Record, error) {
+	return s.Redis.Enqueue(ctx, s.p+key, req)
+}
+
+func (s prefixed) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error) {
+	ds, err := s.Redis.Take(ctx, n, lease)
+	for i := range ds {
+		ds[i].Claim.Key = strings.TrimPrefix(ds[i].Claim.Key, s.p)
+	}
+	return ds, err
+}
+
+func (s prefixed) Succeed(ctx context.Context, d Delivery, res Result, ttl time.Duration) error {
+	d.Claim.Key = s.p + d.Claim.Key
+	return s.Redis.Succeed(ctx, d, res, ttl)
+}
+
+func (s prefixed) Retry(ctx context.Context, d Delivery, next time.Time, status int, reason string) error {
+	d.Claim.Key = s.p + d.Claim.Key
+	return s.Redis.Retry(ctx, d, next, status, reason)
+}
+
+func (s prefixed) Fail(ctx context.Context, d Delivery, status int, reason string, keep time.Duration) error {
+	d.Claim.Key = s.p + d.Claim.Key
+	return s.Redis.Fail(ctx, d, status, reason, keep)
+}
+
+func (s prefixed) Requeue(ctx context.Context, key string) error {
+	return s.Redis.Requeue(ctx, s.p+key)
+}
+
+func (s prefixed) DeadLetters(ctx context.Context, cursor string, limit int) ([]DeadLetter, string, error) {
+	dls, next, err := s.Redis.DeadLetters(ctx, cursor, limit)
+	for i := range dls {
+		dls[i].Key = strings.TrimPrefix(dls[i].Key, s.p)
+	}
+	return dls, next, err
+}
+
+// redisQueues opens, for each case of the queue suite, a store on its own
+// key prefix (and so its own queue) with cfg.
+func redisQueues(cfg RedisConfig) openQueue {
+	var n atomic.Int64
+	return func(t *testing.T) (queueStore, func() queueStore) {
+		cfg := cfg
+		cfg.KeyPrefix = fmt.Sprintf("q%d:", n.Add(1))
+		open := func() queueStore {
+			s, err := OpenRedis(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return prefixed{s, cfg.KeyPrefix}
+		}
+		return open(), open
+	}
+}
+
+func TestRedisQueue(t *testing.T) {
+	testQueue(t, redisQueues(RedisConfig{URL: redistest.New(t).URL()}))
+}
+
+func TestRedisClusterQueue(t *testing.T) {
+	c := redistest.NewCluster(t, redistest.ClusterConfig{})
+	testQueue(t, redisQueues(RedisConfig{ClusterAddrs: c.Addrs()}))
 }
