@@ -18,10 +18,10 @@ const (
 	StoreMemory StoreKind = "memory"
 	// StoreRedis is Redis, reached in the way Store.RedisMode says.
 	StoreRedis StoreKind = "redis"
-	// StoreDisk is the embedded store in a file under DATA_DIR.
-	StoreDisk StoreKind = "disk"
 	// StoreDynamoDB is an Amazon DynamoDB table: DYNAMODB_TABLE.
 	StoreDynamoDB StoreKind = "dynamodb"
+	// StoreDisk is the embedded store in a file under DATA_DIR.
+	StoreDisk StoreKind = "disk"
 )
 
 // SupportsAsync reports whether the store can hold the async delivery
@@ -85,8 +85,8 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_URL", RedisStandalone}, c.RedisURL != ""},
 		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
-		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
 		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, c.DynamoDBTable != ""},
+		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {

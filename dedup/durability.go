@@ -13,9 +13,13 @@ import (
 // Durability is what Redis's configuration says about the async queue's
 // promise: that an event answered 202 is delivered.
 type Durability struct {
-	// Readable is false when CONFIG GET was refused (managed Redis often
-	// forbids it, or an ACL does): then nothing below is known.
+	// Readable is false when neither CONFIG GET nor INFO could be read
+	// (managed Redis often forbids CONFIG, an ACL may forbid both): then
+	// nothing below is known.
 	Readable bool
+	// FromInfo is set when CONFIG GET was refused and the settings come
+	// from INFO, which does not tell appendfsync (AppendFsync is empty).
+	FromInfo bool
 	// AppendOnly, AppendFsync and MaxmemoryPolicy are the settings read
 	// (on a cluster, from every master; the first that differs wins).
 	AppendOnly, AppendFsync, MaxmemoryPolicy string
@@ -23,7 +27,8 @@ type Durability struct {
 	// they may not survive and what to change. Empty when the settings
 	// keep them (or could not be read).
 	Problems []string
-	// Unread is why the settings could not be read, when Readable is false.
+	// Unread is why CONFIG GET (and INFO, when Readable is false) could
+	// not be read.
 	Unread string
 }
 
@@ -36,6 +41,9 @@ func (d Durability) String() string {
 	case !d.Readable:
 		return "cannot read Redis's appendonly and maxmemory-policy (" + d.Unread + "): make sure appendonly is yes " +
 			"(appendfsync everysec or always) and maxmemory-policy is noeviction, or a restart or a full memory can lose events already answered 202"
+	case len(d.Problems) == 0 && d.FromInfo:
+		return "appendonly yes, maxmemory-policy noeviction (read from INFO: CONFIG GET was refused, so appendfsync is unknown; " +
+			"with everysec a crash of the machine can lose the last second of events, with no the last 30 seconds or so): accepted events survive a Redis restart"
 	case len(d.Problems) == 0:
 		v := "appendonly yes, appendfsync " + d.AppendFsync + ", maxmemory-policy noeviction: accepted events survive a Redis restart"
 		if d.AppendFsync == "everysec" {
@@ -85,7 +93,7 @@ func (s *Redis) CheckDurability(ctx context.Context) (Durability, error) {
 			v, err := configGet(ctx, n, setting.name)
 			var answered redis.Error
 			if errors.As(err, &answered) || (err != nil && strings.Contains(err.Error(), "no such setting")) {
-				return Durability{Unread: err.Error()}, nil
+				return s.durabilityFromInfo(ctx, err.Error())
 			}
 			if err != nil {
 				return Durability{}, fmt.Errorf("dedup: check durability: %w", err)
@@ -95,6 +103,36 @@ func (s *Redis) CheckDurability(ctx context.Context) (Durability, error) {
 			}
 		}
 	}
+	d.problems()
+	return d, nil
+}
+
+// durabilityFromInfo is the verdict from INFO, for a server that refused
+// CONFIG GET (why).
+func (s *Redis) durabilityFromInfo(ctx context.Context, why string) (Durability, error) {
+	infos, err := s.Info(ctx)
+	var answered redis.Error
+	if errors.As(err, &answered) {
+		return Durability{Unread: why + "; INFO: " + err.Error()}, nil
+	}
+	if err != nil {
+		return Durability{}, fmt.Errorf("dedup: check durability: %w", err)
+	}
+	d := Durability{Readable: true, FromInfo: true, Unread: why, AppendOnly: "yes", MaxmemoryPolicy: "noeviction"}
+	for _, i := range infos {
+		if !i.AOF {
+			d.AppendOnly = "no"
+		}
+		if i.Policy != "noeviction" {
+			d.MaxmemoryPolicy = i.Policy
+		}
+	}
+	d.problems()
+	return d, nil
+}
+
+// problems fills in d.Problems from the settings read.
+func (d *Durability) problems() {
 	if d.AppendOnly != "yes" {
 		d.Problems = append(d.Problems, "appendonly is "+d.AppendOnly+": a restart of Redis loses every event accepted since its last snapshot, and without snapshots all of them (set appendonly yes)")
 	} else if d.AppendFsync == "no" {
@@ -103,7 +141,6 @@ func (s *Redis) CheckDurability(ctx context.Context) (Durability, error) {
 	if d.MaxmemoryPolicy != "noeviction" {
 		d.Problems = append(d.Problems, "maxmemory-policy is "+d.MaxmemoryPolicy+": once Redis is full it evicts keys, queued events and records among them (set maxmemory-policy noeviction, so a full Redis refuses new events with a 503 instead)")
 	}
-	return d, nil
 }
 
 // isWorse reports whether v is a riskier value of setting than a good one,

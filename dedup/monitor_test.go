@@ -217,6 +217,12 @@ func TestRedisOwner(t *testing.T) {
 	if err := b.Ping(ctx); !errors.Is(err, ErrPrefixOwned) {
 		t.Errorf("another app's ping = %v, want ErrPrefixOwned", err)
 	}
+	if _, _, err := b.Enqueue(ctx, "shared:stripe:evt_3", queueReq); !errors.Is(err, ErrPrefixOwned) {
+		t.Errorf("another app's enqueue = %v, want ErrPrefixOwned", err)
+	}
+	if _, err := b.Take(ctx, 1, lease); !errors.Is(err, ErrPrefixOwned) {
+		t.Errorf("another app's take = %v, want ErrPrefixOwned", err)
+	}
 }
 
 // TestRedisPingOutOfMemory: PING answers on a full Redis, but Ping says it

@@ -153,11 +153,18 @@ var _ Queue = (*Redis)(nil)
 // With WaitReplicas, the enqueue counts only once that many replicas
 // acknowledged it (and, on Redis 7.2 and later with appendonly on, once
 // the master fsync'd it to its append-only file); if they do not, it is
-// taken back and reported as an error wrapping ErrNotReplicated.
+// taken back and reported as an error wrapping ErrNotReplicated. (The
+// marker on the sync key is not waited for: a failover that loses it
+// loses only a sync route's view of the event, not the event.)
 func (s *Redis) Enqueue(ctx context.Context, key string, req Request) (bool, Record, error) {
 	if err := ctx.Err(); err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
+	if err := s.checkedOwner(ctx); err != nil {
+		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	v, err := markerScript.Run(ctx, s.scripts, []string{key}, asyncMarker).Result()
 	if err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
@@ -256,6 +263,11 @@ func (s *Redis) Take(ctx context.Context, n int, lease time.Duration) ([]Deliver
 	if n <= 0 {
 		return nil, nil
 	}
+	if err := s.checkedOwner(ctx); err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	args := []any{queueGroup, s.consumer, n, millis(lease), s.queue.tag}
 	for range n {
 		tok := newToken()
@@ -373,6 +385,8 @@ func (s *Redis) settle(ctx context.Context, op string, d Delivery, args ...any) 
 	if _, ok := parseToken(d.Claim.Token); !ok {
 		return fmt.Errorf("dedup: %s %s: %w", op, key, ErrNotOwner)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	all := append([]any{queueGroup, key, d.Claim.Token, op}, args...)
 	n, err := queueSettleScript.Run(ctx, s.scripts, s.queue.settleKeys(key), all...).Int64()
 	if err != nil {
@@ -434,6 +448,8 @@ func (s *Redis) Requeue(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: requeue %s: %w", key, err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	n, err := queueRequeueScript.Run(ctx, s.scripts, s.queue.settleKeys(key), key).Int64()
 	if err == nil && n == 0 {
 		// No async event: a sync record is not failed; nothing is unknown.
@@ -470,6 +486,8 @@ func (s *Redis) DeadLetters(ctx context.Context, cursor string, limit int) ([]De
 			return nil, "", fmt.Errorf("dedup: dead letters: bad cursor %q", cursor)
 		}
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	v, err := queueDeadScript.Run(ctx, s.scripts, []string{s.queue.dead}, s.queue.tag, limit, score, after).Slice()
 	if err != nil {
 		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
@@ -501,6 +519,8 @@ func (s *Redis) Stats(ctx context.Context) (QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	v, err := queueStatsScript.Run(ctx, s.scripts, []string{s.queue.stream, s.queue.open, s.queue.dead}, queueGroup).Slice()
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("dedup: stats: %w", err)

@@ -261,7 +261,9 @@ func TestRedisCheckDurability(t *testing.T) {
 		{"evicting", []string{"--appendonly", "yes", "--maxmemory-policy", "allkeys-lru"}, false, true, "maxmemory-policy is allkeys-lru"},
 		{"fsync left to the system", []string{"--appendonly", "yes", "--appendfsync", "no"}, false, true, "appendfsync is no"},
 		{"durable", []string{"--appendonly", "yes"}, true, true, "survive a Redis restart"},
-		{"CONFIG refused", []string{"--appendonly", "yes", "--rename-command", "CONFIG", ""}, false, false, "cannot read"},
+		{"CONFIG refused, read from INFO", []string{"--appendonly", "yes", "--rename-command", "CONFIG", ""}, true, true, "read from INFO"},
+		{"CONFIG refused, INFO says evicting", []string{"--maxmemory-policy", "volatile-lru", "--appendonly", "yes", "--rename-command", "CONFIG", ""}, false, true, "maxmemory-policy is volatile-lru"},
+		{"CONFIG and INFO refused", []string{"--appendonly", "yes", "--rename-command", "CONFIG", "", "--rename-command", "INFO", ""}, false, false, "cannot read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openRedis(t, redistest.New(t, tc.args...))
