@@ -495,9 +495,13 @@ func TestAsyncRedisDurabilityLogged(t *testing.T) {
 		}
 	}
 
-	// Managed Redis often forbids CONFIG: the proxy says it cannot check.
-	managed := redistest.New(t, "--rename-command", "CONFIG", "")
+	// Managed Redis often forbids CONFIG: the proxy reads INFO instead,
+	// and says so; where INFO is forbidden too, it says it cannot check.
+	managed := redistest.New(t, "--rename-command", "CONFIG", "", "--appendonly", "yes")
 	px = startProxy(t, asyncEnv("http://127.0.0.1:1", map[string]string{"REDIS_URL": managed.URL()}))
+	px.awaitLog(t, "read from INFO", 1)
+	locked := redistest.New(t, "--rename-command", "CONFIG", "", "--rename-command", "INFO", "")
+	px = startProxy(t, asyncEnv("http://127.0.0.1:1", map[string]string{"REDIS_URL": locked.URL()}))
 	px.awaitLog(t, "cannot read Redis's appendonly and maxmemory-policy", 1)
 
 	safe := redistest.New(t, "--appendonly", "yes", "--maxmemory-policy", "noeviction")
