@@ -131,16 +131,7 @@ func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 	awaitEffects(t, app, keys, 60*time.Second)
 	delivered := time.Since(start)
 	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, float64(runEvents))
-	effects := app.EffectsSnapshot()
-	for _, k := range keys {
-		if effects[k] != 1 {
-			t.Errorf("%s took effect %d times, want exactly once", k, effects[k])
-		}
-		delete(effects, k)
-	}
-	for k, n := range effects {
-		t.Errorf("the app processed %s (%d times), which no provider sent", k, n)
-	}
+	checkOnceEach(t, app, deliveries)
 	tl := s.tally
 	tl.mu.Lock()
 	defer tl.mu.Unlock()

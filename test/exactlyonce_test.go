@@ -98,19 +98,7 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, conc
 	for _, f := range failed {
 		t.Errorf("lost delivery: %s", f)
 	}
-	effects := app.EffectsSnapshot()
-	total := 0
-	for _, d := range deliveries {
-		k := key(d.p, d.ev.ID)
-		if got := effects[k]; got != 1 {
-			t.Errorf("%s took effect %d times (delivered %d times), want exactly once", k, got, d.copies)
-		}
-		total += effects[k]
-		delete(effects, k)
-	}
-	for k, n := range effects {
-		t.Errorf("the app processed %s (%d times), which no provider sent", k, n)
-	}
+	total := checkOnceEach(t, app, deliveries)
 	tl := s.tally
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -144,6 +132,26 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, conc
 		store, runEvents, copies, tl.requests, tl.outcomes["duplicate"], tl.outcomes["in-flight"], app.Failures(), perEvent, elapsed.Round(time.Millisecond))
 	t.Logf("%s; answers by X-Webhook-Dedup %v, by status %v, connection errors %d", summary, tl.outcomes, tl.statuses, tl.errors)
 	fmt.Println(summary)
+}
+
+// checkOnceEach checks that every planned event took effect at the app
+// exactly once, and nothing else did, and returns the effects counted.
+func checkOnceEach(t *testing.T, app *upstream, deliveries []delivery) int {
+	t.Helper()
+	effects := app.EffectsSnapshot()
+	total := 0
+	for _, d := range deliveries {
+		k := key(d.p, d.ev.ID)
+		if got := effects[k]; got != 1 {
+			t.Errorf("%s took effect %d times (delivered %d times), want exactly once", k, got, d.copies)
+		}
+		total += effects[k]
+		delete(effects, k)
+	}
+	for k, n := range effects {
+		t.Errorf("the app processed %s (%d times), which no provider sent", k, n)
+	}
+	return total
 }
 
 // sendPlanned delivers every planned event's copies through s, at most
