@@ -93,10 +93,40 @@ type queueStore interface {
 }
 
 // behindCache is the store CACHE_SIZE put the cache in front of, or st,
-// for what only the store itself offers (the Redis monitor).
+// for what only the store itself offers (the Redis monitor and durability
+// check, PostgreSQL's notifications).
 func behindCache(st store) dedup.Cacheable {
 	if u, ok := st.(interface{ Unwrap() dedup.Cacheable }); ok {
 		return u.Unwrap()
 	}
 	return st
+}
+
+// notifier is a store that tells when an event was queued by any process
+// sharing it (PostgreSQL's LISTEN/NOTIFY).
+type notifier interface {
+	Notify() <-chan struct{}
+}
+
+// notifications is st's channel of queued events, looking behind the
+// cache; nil when the store has none (its workers poll).
+func notifications(st store) <-chan struct{} {
+	if n, ok := behindCache(st).(notifier); ok {
+		return n.Notify()
+	}
+	return nil
+}
+
+// nudgeOn calls nudge for each signal on ch until ctx ends: the delivery
+// workers look for an event another replica queued now, rather than at
+// their next poll.
+func nudgeOn(ctx context.Context, ch <-chan struct{}, nudge func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			nudge()
+		}
+	}
 }

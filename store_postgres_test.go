@@ -43,3 +43,23 @@ func TestCacheKeepsQueue(t *testing.T) {
 		t.Errorf("behind the cache: %T, want the Redis store (its monitor)", behindCache(st))
 	}
 }
+
+// TestNotificationsBehindCache checks the delivery workers hear of events
+// queued elsewhere through the cache, and that a store without
+// notifications has none.
+func TestNotificationsBehindCache(t *testing.T) {
+	cfg := &config.Config{CacheSize: 10, CacheTTL: time.Minute}
+	pg, err := dedup.OpenPostgres(dedup.PostgresConfig{URL: "postgres://" + loopback(t) + "/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	if notifications(pg) == nil || notifications(withCache(cfg, pg, zap.NewNop(), prometheus.NewRegistry())) == nil {
+		t.Error("PostgreSQL's notifications are lost")
+	}
+	m := dedup.NewMemory()
+	defer m.Close()
+	if notifications(m) != nil {
+		t.Error("the in-memory store has notifications")
+	}
+}

@@ -153,7 +153,9 @@ var _ Queue = (*Redis)(nil)
 // With WaitReplicas, the enqueue counts only once that many replicas
 // acknowledged it (and, on Redis 7.2 and later with appendonly on, once
 // the master fsync'd it to its append-only file); if they do not, it is
-// taken back and reported as an error wrapping ErrNotReplicated.
+// taken back and reported as an error wrapping ErrNotReplicated. (The
+// marker on the sync key is not waited for: a failover that loses it
+// loses only a sync route's view of the event, not the event.)
 func (s *Redis) Enqueue(ctx context.Context, key string, req Request) (bool, Record, error) {
 	if err := ctx.Err(); err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
