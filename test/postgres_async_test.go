@@ -1,6 +1,10 @@
 package test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+)
 
 // pgStore is PostgreSQL for the async runs: a database of its own on the
 // shared server.
@@ -27,4 +31,13 @@ func TestAsyncKillRestartPostgres(t *testing.T) {
 func TestAsyncSIGTERMPostgres(t *testing.T) {
 	t.Parallel()
 	asyncSIGTERMRun(t, pgStore)
+}
+
+// TestAsyncStoreDownPostgres: while PostgreSQL is down an async route
+// answers 503 and queues nothing; once it is back the retry is queued and
+// delivered, without a restart.
+func TestAsyncStoreDownPostgres(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.New(t)
+	asyncStoreDownRun(t, "PostgreSQL", map[string]string{"DATABASE_URL": srv.NewDatabase(t)}, srv.Stop, func() { srv.Start(t) })
 }
