@@ -348,3 +348,31 @@ func TestPostgresOwner(t *testing.T) {
 	c := openPostgres(t, nil, PostgresConfig{URL: url, AppName: "shipping", KeyPrefix: "webhook-dedup:shipping:"})
 	mustClaim(t, c, "webhook-dedup:shipping:stripe:evt_2", lease)
 }
+
+// FuzzCheckTablePrefix: a prefix CheckTablePrefix accepts is written into
+// SQL unquoted, so it must be a plain lower-case identifier start that
+// leaves every table and index name within PostgreSQL's 63 bytes.
+func FuzzCheckTablePrefix(f *testing.F) {
+	for _, seed := range []string{"webhook_dedup_", "_", "a1_", "", "1a", "A_", `x"; DROP TABLE y; --`, "é_", strings.Repeat("a", 41)} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, prefix string) {
+		if CheckTablePrefix(prefix) != nil {
+			if _, err := PostgresSchema(prefix); !errors.Is(err, ErrBadTablePrefix) {
+				t.Errorf("PostgresSchema(%q) = %v, want ErrBadTablePrefix", prefix, err)
+			}
+			return
+		}
+		if prefix == "" || len(prefix)+len("records_expires_at") > 63 || (prefix[0] >= '0' && prefix[0] <= '9') {
+			t.Fatalf("accepted %q", prefix)
+		}
+		for _, c := range []byte(prefix) {
+			if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
+				t.Fatalf("accepted %q, with %q", prefix, c)
+			}
+		}
+		if notifyChannel(prefix) == "" {
+			t.Fatalf("no notification channel for %q", prefix)
+		}
+	})
+}
