@@ -76,7 +76,9 @@ type Postgres struct {
 
 	notifyOnce sync.Once
 	notify     chan struct{}
-	listenCtx  context.Context
+	// background lives until Close: the pruner's, the migration's and
+	// the listener's.
+	background context.Context
 }
 
 // The defaults of what PostgresConfig leaves unset.
@@ -90,10 +92,11 @@ const (
 	defaultPGConns = 16
 )
 
-// OpenPostgres returns a store for cfg. It connects lazily: an unreachable
-// database is an error of each operation (and of Ping), not of
-// OpenPostgres, which fails only on a configuration it cannot use. Close
-// stops the pruner and closes the pool.
+// OpenPostgres returns a store for cfg. An unreachable database is an
+// error of each operation (and of Ping), not of OpenPostgres, which fails
+// only on a configuration it cannot use; with AutoMigrate it tries once
+// to create the tables before it returns (within Timeout), then in the
+// background. Close stops the background work and closes the pool.
 func OpenPostgres(cfg PostgresConfig) (*Postgres, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("dedup: no PostgreSQL URL")
@@ -135,7 +138,7 @@ func OpenPostgres(cfg PostgresConfig) (*Postgres, error) {
 	}
 	var ctx context.Context
 	ctx, s.stop = context.WithCancel(context.Background())
-	s.listenCtx = ctx
+	s.background = ctx
 	if cfg.AutoMigrate {
 		if err := s.Migrate(ctx); err != nil {
 			s.failed("migrate", err)

@@ -315,7 +315,7 @@ func (s *Postgres) Stats(ctx context.Context) (QueueStats, error) {
 func (s *Postgres) Notify() <-chan struct{} {
 	s.notifyOnce.Do(func() {
 		s.notify = make(chan struct{}, 1)
-		s.done.Go(func() { s.listen(s.listenCtx) })
+		s.done.Go(func() { s.listen(s.background) })
 	})
 	return s.notify
 }
