@@ -493,14 +493,8 @@ func (d *Disk) Enqueue(ctx context.Context, key string, req Request) (bool, Reco
 
 // Take hands out at most n due deliveries, each leased for lease.
 func (d *Disk) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if n <= 0 {
-		return nil, nil
+	if take, err := checkTake(ctx, n, lease); !take {
+		return nil, err
 	}
 	// Workers poll: an empty poll reads, and commits nothing.
 	var due bool

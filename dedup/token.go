@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -43,26 +42,4 @@ func checkDuration(what string, d time.Duration) error {
 // duration never becomes 0 (PX 0 is an error in Redis).
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// checkComplete checks what every store's Complete checks before it
-// writes: ctx still live, a positive ttl, a result that fits, and a well
-// formed token (a malformed one owns nothing). It returns the token, and
-// errors as Complete's own, naming the key.
-func checkComplete(ctx context.Context, c Claim, res Result, ttl time.Duration) ([tokenLen]byte, error) {
-	err := ctx.Err()
-	if err == nil {
-		err = checkDuration("ttl", ttl)
-	}
-	if err == nil {
-		err = checkResult(res)
-	}
-	tok, ok := parseToken(c.Token)
-	if err == nil && !ok {
-		err = ErrNotOwner
-	}
-	if err != nil {
-		return tok, fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	return tok, nil
 }
