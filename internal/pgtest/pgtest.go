@@ -337,3 +337,23 @@ func (s *Server) NewDatabase(t testing.TB) string {
 	}
 	return s.URL(name)
 }
+
+// PID is the postmaster's process ID (every backend and auxiliary process
+// is its child), for a caller that measures or places the server; 0 while
+// stopped.
+func (s *Server) PID() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Executable is the path of the postgres binary Start runs, for a caller
+// that reports its version.
+func Executable() (string, error) {
+	bin, err := findBin()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(bin, "postgres"), nil
+}

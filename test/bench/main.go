@@ -1,7 +1,8 @@
 // Command bench is webhook-dedup's load benchmark: on loopback, it measures
 // the upstream alone, a plain httputil.ReverseProxy, nginx and webhook-dedup
-// (embedded store and Redis; unique, duplicate and header-sourced events)
-// side by side, interleaved and repeated, and prints a Markdown table.
+// (embedded store, DATA_DIR, Redis and PostgreSQL; unique, duplicate and
+// header-sourced events, with and without the cache, sync and async) side by
+// side, interleaved and repeated, and prints a Markdown table.
 //
 // Servers are pinned to one core and wrk to another, so the load generator
 // never competes with what it measures. It prints numbers; it asserts
@@ -10,7 +11,8 @@
 //	go run ./test/bench            # full run, about 6 minutes
 //	go run ./test/bench -quick     # one short repeat, under a minute
 //
-// test/bench/run.sh installs wrk, nginx and redis-server first when missing.
+// test/bench/run.sh installs wrk, nginx, redis-server and PostgreSQL first
+// when missing. PostgreSQL is started as the tests start it (internal/pgtest).
 package main
 
 import (
@@ -76,14 +78,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.latencyDur, "latency-duration", 3*time.Second, "length of each 1-connection measurement (whole seconds)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "load before measuring, on each fresh server (whole seconds)")
 	fs.IntVar(&o.conns, "c", 32, "connections of the throughput measurement")
-	fs.StringVar(&o.serverCPUs, "server-cpus", "0", "taskset CPU list for the servers (upstream, proxy, Redis); empty: no pinning")
+	fs.StringVar(&o.serverCPUs, "server-cpus", "0", "taskset CPU list for the servers (upstream, proxy, Redis, PostgreSQL); empty: no pinning")
 	fs.StringVar(&o.loadCPUs, "load-cpus", "1", "taskset CPU list for wrk; empty: no pinning")
 	defaultNice := 0
 	if os.Geteuid() == 0 {
 		defaultNice = -10
 	}
 	fs.IntVar(&o.nice, "nice", defaultNice, "nice value for the servers and wrk (negative needs root): a shared machine's other work then disturbs the measurement less; 0 leaves it")
-	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this (the baselines always run)")
+	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this, in any case: postgres, cache_size, async (the baselines always run)")
 	fs.StringVar(&o.bin, "bin", "", "webhook-dedup binary to measure; empty: go build the module")
 	fs.StringVar(&o.before, "before", "", "another webhook-dedup binary (an older build) whose rows run interleaved with the others, named \"before, ...\"")
 	fs.StringVar(&o.raw, "raw", "", "append one JSON line per run to this file")

@@ -41,6 +41,31 @@ func placed(cpus string, nice int, argv ...string) []string {
 	return argv
 }
 
+// place moves a running server and its children to cpus at nice, as
+// placed does for the servers the tool starts itself: for one started by
+// other code (PostgreSQL, by pgtest). Children forked later (PostgreSQL's
+// backends, one per connection) inherit both. A child that exits
+// meanwhile is no error.
+func place(pid int, cpus string, nice int) error {
+	for i, p := range append([]int{pid}, children(pid)...) {
+		var err error
+		if cpus != "" {
+			if out, cerr := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(p)).CombinedOutput(); cerr != nil {
+				err = fmt.Errorf("taskset -p %d: %w: %s", p, cerr, bytes.TrimSpace(out))
+			}
+		}
+		if err == nil && nice != 0 {
+			if serr := syscall.Setpriority(syscall.PRIO_PROCESS, p, nice); serr != nil {
+				err = fmt.Errorf("setpriority %d: %w", p, serr)
+			}
+		}
+		if err != nil && i == 0 {
+			return err
+		}
+	}
+	return nil
+}
+
 // startProc runs argv with its output appended to logPath.
 func startProc(name, logPath string, env []string, argv ...string) (*proc, error) {
 	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -131,8 +156,10 @@ func waitHTTP(p *proc, url string, want int) error {
 
 // usage is what /proc says about a process and its children.
 type usage struct {
-	cpu  time.Duration // user + system, all threads, dead ones included
-	peak int64         // VmHWM, bytes: the resident set's high-water mark
+	// cpu is user + system time, all threads, dead ones included, and
+	// that of reaped children (PostgreSQL's exited backends).
+	cpu  time.Duration
+	peak int64 // VmHWM, bytes: the resident set's high-water mark
 }
 
 // procUsage sums pid's usage and that of its direct children (nginx's
@@ -161,21 +188,27 @@ func procCPU(pid int) (time.Duration, error) {
 		return 0, err
 	}
 	// The command name is in parentheses and may hold spaces: fields
-	// count from the last ')'. utime and stime are fields 14 and 15.
+	// count from the last ')'. utime and stime are fields 14 and 15,
+	// cutime and cstime (of the children waited for) 16 and 17.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	var ticks int64
+	var errs []error
+	for _, field := range f[11:15] {
+		n, err := strconv.ParseInt(field, 10, 64)
+		ticks += n
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
 func procPeakRSS(pid int) (int64, error) {

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
 )
 
 // machine is what the report says about where it ran.
@@ -38,7 +40,11 @@ func describeMachine(nginx string) machine {
 		m.kernel = strings.TrimSpace(string(b))
 	}
 	var tools []string
-	for _, argv := range [][]string{{"wrk", "-v"}, {nginx, "-v"}, {"redis-server", "--version"}} {
+	argvs := [][]string{{"wrk", "-v"}, {nginx, "-v"}, {"redis-server", "--version"}}
+	if pg, err := pgtest.Executable(); err == nil {
+		argvs = append(argvs, []string{pg, "--version"})
+	}
+	for _, argv := range argvs {
 		out, _ := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 		line, _, _ = strings.Cut(line, " Copyright")
@@ -74,7 +80,7 @@ type row struct {
 	added   []float64 // µs, single minus the upstream's single, per repeat
 	overGo  []float64 // µs, single minus the Go proxy's single, per repeat
 	cpu     []float64 // server CPU seconds per 10k requests
-	redis   []float64 // Redis CPU seconds per 10k requests
+	store   []float64 // the store server's CPU seconds per 10k requests
 	peak    int64     // max VmHWM over repeats
 	errs    int64
 	xGo     []float64 // requests/s ratio to the Go proxy, per repeat
@@ -109,8 +115,8 @@ func summarise(configs []config, results map[string][]result) []row {
 			rw.cpu = append(rw.cpu, cpu)
 			core := coreCPU(r)
 			rw.core = append(rw.core, core)
-			if c.redis {
-				rw.redis = append(rw.redis, per10k(r.RedisCPU, r.Load.Requests))
+			if c.store.ownServer() {
+				rw.store = append(rw.store, per10k(r.StoreCPU, r.Load.Requests))
 			}
 			rw.peak = max(rw.peak, r.PeakRSS)
 			rw.errs += r.Load.errors() + r.Single.errors()
@@ -133,10 +139,10 @@ func summarise(configs []config, results map[string][]result) []row {
 }
 
 // coreCPU is the CPU seconds per 10k requests of everything serving them
-// (proxy, upstream, Redis): how much of the servers' core a request takes,
+// (proxy, upstream, the store's server): how much of the servers' core a request takes,
 // whatever share of it other work on the machine left.
 func coreCPU(r result) float64 {
-	return per10k(r.ServerCPU+r.RedisCPU+r.UpstreamCPU, r.Load.Requests)
+	return per10k(r.ServerCPU+r.StoreCPU+r.UpstreamCPU, r.Load.Requests)
 }
 
 func per10k(cpu time.Duration, requests int64) float64 {
@@ -149,31 +155,32 @@ func per10k(cpu time.Duration, requests int64) float64 {
 func report(w io.Writer, o options, m machine, configs []config, results map[string][]result) {
 	rows := summarise(configs, results)
 	fmt.Fprintf(w, "Machine: %d cores, %s, Linux %s; %s.\n", m.cores, m.cpu, m.kernel, m.tools)
-	fmt.Fprintf(w, "Method: servers (upstream, proxy, Redis) pinned to CPU %s, wrk to CPU %s, at nice %d; `wrk -t1 -c%d -d%s` after a %s warm-up, then `wrk -t1 -c1 -d%s`; %d repeat(s) in rotating order, fresh servers for every run. Load average %s before, %s after; %s in all.\n\n",
+	fmt.Fprintf(w, "Method: servers (upstream, proxy, store server) pinned to CPU %s, wrk to CPU %s, at nice %d; `wrk -t1 -c%d -d%s` after a %s warm-up, then `wrk -t1 -c1 -d%s`; %d repeat(s) in rotating order, fresh servers for every run. Load average %s before, %s after; %s in all.\n\n",
 		orNone(o.serverCPUs), orNone(o.loadCPUs), o.nice, o.conns, durationArg(o.duration), durationArg(o.warmup), durationArg(o.latencyDur),
 		o.repeats, m.loadBefore, m.loadAfter, m.elapsed.Round(time.Second))
 
-	fmt.Fprintln(w, "| configuration | req/s median (min–max) | p50 | p99 | p99.9 | p50 @1 conn | added p50 @1 conn | proxy CPU s/10k req | Redis CPU s/10k req | core CPU s/10k req | peak RSS | × Go proxy | × nginx | × Go proxy per core-second |")
+	fmt.Fprintln(w, "| configuration | req/s median (min–max) | p50 | p99 | p99.9 | p50 @1 conn | added p50 @1 conn | proxy CPU s/10k req | store CPU s/10k req | core CPU s/10k req | peak RSS | × Go proxy | × nginx | × Go proxy per core-second |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		name := r.c.name
 		if r.errs > 0 {
 			name += fmt.Sprintf(" (%d errors)", r.errs)
 		}
-		redis := "–"
-		if len(r.redis) > 0 {
-			redis = fmt.Sprintf("%.3f", median(r.redis))
+		storeCPU := "–"
+		if len(r.store) > 0 {
+			storeCPU = fmt.Sprintf("%.3f", median(r.store))
 		}
 		fmt.Fprintf(w, "| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %.3f | %s | %.3f | %.1f MiB | %s | %s | %s |\n",
 			name, thousands(median(r.rps)), thousands(slices.Min(r.rps)), thousands(slices.Max(r.rps)),
 			ms(median(r.p50)), ms(median(r.p99)), ms(median(r.p999)), ms(median(r.single)),
-			signedMS(r.added), median(r.cpu), redis, median(r.core), float64(r.peak)/(1<<20),
+			signedMS(r.added), median(r.cpu), storeCPU, median(r.core), float64(r.peak)/(1<<20),
 			ratio(r.xGo, r.c.name == nameGoProxy), ratio(r.xNginx, r.c.name == nameNginx), ratio(r.capXGo, r.c.name == nameGoProxy))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Latencies in ms. Added p50 is over the upstream alone, at one connection, in the same repeat. Proxy CPU is user+system time of the process wrk talks to (the upstream itself in the first row; master and worker for nginx) during the 32-connection run; core CPU adds the upstream's and Redis's, all on the servers' core. Peak RSS is the proxy's VmHWM, the highest over the repeats. Ratios are medians of the per-repeat ratios: of requests/s, and in the last column of requests per core-second (the inverse of core CPU), which other work on a shared machine disturbs far less.")
+	fmt.Fprintln(w, "Latencies in ms. Added p50 is over the upstream alone, at one connection, in the same repeat. Proxy CPU is user+system time of the process wrk talks to (the upstream itself in the first row; master and worker for nginx) during the 32-connection run; store CPU is the store server's (redis-server; PostgreSQL's postmaster and all its backends), – when the store is inside the proxy; core CPU adds the upstream's and the store server's, all on the servers' core. Redis runs without persistence, PostgreSQL with fsync off (a commit reaches the kernel, not the disk), in every row. Peak RSS is the proxy's VmHWM, the highest over the repeats. Ratios are medians of the per-repeat ratios: of requests/s, and in the last column of requests per core-second (the inverse of core CPU), which other work on a shared machine disturbs far less.")
 	fmt.Fprintln(w)
 	asyncTable(w, rows)
+	cacheTable(w, rows)
 	targets(w, rows)
 }
 
@@ -181,23 +188,16 @@ func report(w io.Writer, o options, m machine, configs []config, results map[str
 // sender's answer time and the events accepted per second behind a slow
 // app, and the accept path's throughput and CPU per request on a fast one.
 func asyncTable(w io.Writer, rows []row) {
-	find := func(name string) *row {
-		for i := range rows {
-			if rows[i].c.name == name && rows[i].repeats > 0 {
-				return &rows[i]
-			}
-		}
-		return nil
-	}
 	pairs := []struct{ what, sync, async string }{
 		{"slow app (200 ms), Redis", "webhook-dedup, Redis, unique JSON, slow app (200 ms)", "webhook-dedup, Redis, unique JSON, slow app (200 ms), async"},
 		{"slow app (200 ms), async on DATA_DIR", "webhook-dedup, Redis, unique JSON, slow app (200 ms)", "webhook-dedup, DATA_DIR, unique JSON, slow app (200 ms), async"},
 		{"fast app, Redis", "webhook-dedup, Redis, unique JSON", "webhook-dedup, Redis, unique JSON, async"},
 		{"fast app, DATA_DIR", "webhook-dedup, DATA_DIR, unique JSON", "webhook-dedup, DATA_DIR, unique JSON, async"},
+		{"fast app, PostgreSQL", "webhook-dedup, PostgreSQL, unique JSON", "webhook-dedup, PostgreSQL, unique JSON, async"},
 	}
 	var lines []string
 	for _, p := range pairs {
-		sr, ar := find(p.sync), find(p.async)
+		sr, ar := findRow(rows, p.sync), findRow(rows, p.async)
 		if sr == nil || ar == nil {
 			continue
 		}
@@ -214,8 +214,45 @@ func asyncTable(w io.Writer, rows []row) {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "At 32 connections. Async answers 202 once the event is queued; the background deliveries (at most DELIVERY_CONCURRENCY=16 at once) run during the measurement, so their CPU is in the proxy's. Redis runs without persistence here, as in every row.")
+	fmt.Fprintln(w, "At 32 connections. Async answers 202 once the event is queued; the background deliveries (at most DELIVERY_CONCURRENCY=16 at once) run during the measurement, so their CPU is in the proxy's (and the store server's).")
 	fmt.Fprintln(w)
+}
+
+// cacheTable puts the duplicate rows with CACHE_SIZE beside those without,
+// on each store server: what the cache saves a duplicate.
+func cacheTable(w io.Writer, rows []row) {
+	var lines []string
+	for _, s := range []store{redisStore, postgresStore} {
+		without := fmt.Sprintf("webhook-dedup, %s, duplicate JSON", s)
+		sr, cr := findRow(rows, without), findRow(rows, fmt.Sprintf("%s, CACHE_SIZE=%d", without, cacheSize))
+		if sr == nil || cr == nil {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %.2f× | %s / %s | %.3f / %.3f | %.3f / %.3f |",
+			s, thousands(median(sr.rps)), thousands(median(cr.rps)), median(cr.rps)/median(sr.rps),
+			ms(median(sr.p50)), ms(median(cr.p50)), median(sr.cpu), median(cr.cpu), median(sr.store), median(cr.store)))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "| duplicates (without / with CACHE_SIZE=%d) | answered/s | cache × none | p50 ms | proxy CPU s/10k req | store CPU s/10k req |\n", cacheSize)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "At 32 connections, every request a copy of one completed event: with the cache, the proxy answers it from its own memory, without a round trip to the store.")
+	fmt.Fprintln(w)
+}
+
+// findRow is the row named name that has run, or nil.
+func findRow(rows []row, name string) *row {
+	for i := range rows {
+		if rows[i].c.name == name && rows[i].repeats > 0 {
+			return &rows[i]
+		}
+	}
+	return nil
 }
 
 // targets compares the rows with issue 7's targets.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
@@ -27,14 +29,32 @@ const (
 	webhookDedup
 )
 
+// store is the store webhook-dedup runs on.
+type store int
+
+const (
+	embedded      store = iota // in memory, in the proxy's process
+	dataDir                    // the embedded store on disk (DATA_DIR)
+	redisStore                 // a redis-server of its own
+	postgresStore              // a PostgreSQL server of its own
+)
+
+func (s store) String() string {
+	return [...]string{"embedded", "DATA_DIR", "Redis", "PostgreSQL"}[s]
+}
+
+// ownServer reports whether the store is a server process beside the
+// proxy, whose CPU the run counts as the store's.
+func (s store) ownServer() bool { return s == redisStore || s == postgresStore }
+
 // config is one row of the table.
 type config struct {
 	name   string
 	server server
-	redis  bool // webhook-dedup on Redis; false: the embedded store
-	disk   bool // the embedded store on disk (DATA_DIR)
-	async  bool // DELIVERY=async: the sender is answered 202 once queued
-	slow   bool // the app takes slowAppDelay per request
+	store  store // webhook-dedup's; the zero value is the embedded store
+	cache  int   // webhook-dedup's CACHE_SIZE; 0: no cache
+	async  bool  // DELIVERY=async: the sender is answered 202 once queued
+	slow   bool  // the app takes slowAppDelay per request
 	load   load
 	// logLevel is webhook-dedup's LOG_LEVEL: info logs one JSON line per
 	// webhook to a file; warn logs none of them.
@@ -42,6 +62,10 @@ type config struct {
 	// before runs the -before binary instead of the one measured.
 	before bool
 }
+
+// cacheSize is CACHE_SIZE in the rows that measure the cache: far more
+// entries than the rows' duplicates need.
+const cacheSize = 10000
 
 // Names of the rows the ratios are taken against.
 const (
@@ -56,28 +80,56 @@ func allConfigs(before bool) []config {
 		{name: nameGoProxy, server: goProxy, load: uniqueJSON},
 		{name: nameNginx, server: nginxProxy, load: uniqueJSON},
 	}
-	for _, redis := range []bool{false, true} {
-		store := "embedded"
-		if redis {
-			store = "Redis"
-		}
+	dedup := func(s store, l load, what string) config {
+		name := "webhook-dedup, " + s.String() + ", " + l.String() + what
+		return config{name: name, server: webhookDedup, store: s, load: l, logLevel: "info"}
+	}
+	for _, s := range []store{embedded, redisStore} {
 		for _, l := range []load{uniqueJSON, duplicateJSON, uniqueHeader} {
-			cs = append(cs, config{name: "webhook-dedup, " + store + ", " + l.String(), server: webhookDedup, redis: redis, load: l, logLevel: "info"})
+			cs = append(cs, dedup(s, l, ""))
 		}
 	}
+	// The cache in front of a store: duplicates answered from the
+	// proxy's memory rather than by a round trip to the store.
+	cached := func(s store) config {
+		c := dedup(s, duplicateJSON, fmt.Sprintf(", CACHE_SIZE=%d", cacheSize))
+		c.cache = cacheSize
+		return c
+	}
+	async := func(c config) config {
+		c.name += ", async"
+		c.async = true
+		return c
+	}
+	slow := func(c config) config {
+		c.name += ", slow app (200 ms)"
+		c.slow = true
+		return c
+	}
+	cs = append(cs, cached(redisStore))
+	// PostgreSQL: first-seen events, duplicates without and with the
+	// cache, and async's accept path.
+	cs = append(cs,
+		dedup(postgresStore, uniqueJSON, ""),
+		dedup(postgresStore, duplicateJSON, ""),
+		cached(postgresStore),
+		async(dedup(postgresStore, uniqueJSON, "")),
+	)
 	// Async delivery: its accept path against the sync path on a fast app,
 	// then a slow app behind sync and async routes (the sender's answer
 	// time, and the events accepted per second).
 	cs = append(cs,
-		config{name: "webhook-dedup, Redis, unique JSON, async", server: webhookDedup, redis: true, async: true, load: uniqueJSON, logLevel: "info"},
-		config{name: "webhook-dedup, DATA_DIR, unique JSON", server: webhookDedup, disk: true, load: uniqueJSON, logLevel: "info"},
-		config{name: "webhook-dedup, DATA_DIR, unique JSON, async", server: webhookDedup, disk: true, async: true, load: uniqueJSON, logLevel: "info"},
-		config{name: "webhook-dedup, Redis, unique JSON, slow app (200 ms)", server: webhookDedup, redis: true, slow: true, load: uniqueJSON, logLevel: "info"},
-		config{name: "webhook-dedup, Redis, unique JSON, slow app (200 ms), async", server: webhookDedup, redis: true, slow: true, async: true, load: uniqueJSON, logLevel: "info"},
-		config{name: "webhook-dedup, DATA_DIR, unique JSON, slow app (200 ms), async", server: webhookDedup, disk: true, slow: true, async: true, load: uniqueJSON, logLevel: "info"},
+		async(dedup(redisStore, uniqueJSON, "")),
+		dedup(dataDir, uniqueJSON, ""),
+		async(dedup(dataDir, uniqueJSON, "")),
+		slow(dedup(redisStore, uniqueJSON, "")),
+		async(slow(dedup(redisStore, uniqueJSON, ""))),
+		async(slow(dedup(dataDir, uniqueJSON, ""))),
 	)
 	// What the per-webhook log line costs.
-	cs = append(cs, config{name: "webhook-dedup, Redis, unique JSON, LOG_LEVEL=warn", server: webhookDedup, redis: true, load: uniqueJSON, logLevel: "warn"})
+	quiet := dedup(redisStore, uniqueJSON, ", LOG_LEVEL=warn")
+	quiet.logLevel = "warn"
+	cs = append(cs, quiet)
 	if before {
 		for _, c := range cs {
 			if c.server == webhookDedup {
@@ -90,11 +142,12 @@ func allConfigs(before bool) []config {
 	return cs
 }
 
-// selectConfigs keeps the baselines and the configurations matching only.
+// selectConfigs keeps the baselines and the configurations whose name
+// contains only, in any case (-only postgres finds the PostgreSQL rows).
 func selectConfigs(only string, before bool) []config {
 	var out []config
 	for _, c := range allConfigs(before) {
-		if c.server != webhookDedup || strings.Contains(c.name, only) {
+		if c.server != webhookDedup || strings.Contains(strings.ToLower(c.name), strings.ToLower(only)) {
 			out = append(out, c)
 		}
 	}
@@ -108,9 +161,10 @@ type result struct {
 	Load   wrkResult `json:"load"`   // the -c32 run
 	Single wrkResult `json:"single"` // the -c1 run
 	// CPU used during the -c32 run, by the server wrk talks to (and its
-	// children), by Redis, and by the upstream behind a proxy.
+	// children), by the store's server (redis-server; PostgreSQL's
+	// postmaster and every backend), and by the upstream behind a proxy.
 	ServerCPU   time.Duration `json:"server_cpu_ns"`
-	RedisCPU    time.Duration `json:"redis_cpu_ns"`
+	StoreCPU    time.Duration `json:"store_cpu_ns"`
 	UpstreamCPU time.Duration `json:"upstream_cpu_ns"`
 	// PeakRSS is the server's VmHWM at the end (its whole life: warm-up
 	// and both measurements).
@@ -118,6 +172,24 @@ type result struct {
 	// Outcomes counts webhook-dedup's X-Webhook-Dedup outcomes over the
 	// server's life, from /metrics: a check that the load did what it says.
 	Outcomes map[string]int64 `json:"outcomes,omitempty"`
+}
+
+// UnmarshalJSON also reads the -raw files of older runs, which named the
+// store's CPU redis_cpu_ns (Redis was the only store server then).
+func (r *result) UnmarshalJSON(b []byte) error {
+	type plain result // without this method
+	var v struct {
+		plain
+		RedisCPU time.Duration `json:"redis_cpu_ns"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = result(v.plain)
+	if r.StoreCPU == 0 {
+		r.StoreCPU = v.RedisCPU
+	}
+	return nil
 }
 
 func (r result) note() string {
@@ -152,16 +224,18 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	if err != nil {
 		return res, err
 	}
-	var procs []*proc
+	// What to stop at the end, in reverse order: the proxy before its
+	// store, the store before nothing.
+	var stops []func()
 	defer func() {
-		for i := len(procs) - 1; i >= 0; i-- {
-			procs[i].stop()
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
 		}
 	}()
 	start := func(name string, env []string, argv ...string) (*proc, error) {
 		p, err := startProc(name, filepath.Join(dir, name+".log"), env, placed(b.opts.serverCPUs, b.opts.nice, argv...)...)
 		if err == nil {
-			procs = append(procs, p)
+			stops = append(stops, p.stop)
 		}
 		return p, err
 	}
@@ -183,7 +257,8 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		return res, err
 	}
 
-	var redis, target *proc
+	var target *proc
+	var storeProc measured // zero: no store server
 	var metricsURL string
 	path := "/stripe"
 	if c.load == uniqueHeader {
@@ -224,13 +299,14 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 			"LOG_LEVEL="+c.logLevel,
 			"LOG_FORMAT=json",
 		)
-		if c.redis {
+		switch c.store {
+		case redisStore:
 			redisAddr, err := freeAddr()
 			if err != nil {
 				return res, err
 			}
 			_, port, _ := strings.Cut(redisAddr, ":")
-			redis, err = start("redis", baseEnv, "redis-server", "--port", port, "--bind", "127.0.0.1",
+			redis, err := start("redis", baseEnv, "redis-server", "--port", port, "--bind", "127.0.0.1",
 				"--save", "", "--appendonly", "no", "--dir", dir)
 			if err != nil {
 				return res, err
@@ -238,10 +314,21 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 			if err := redistest.WaitPing(redisAddr, 10*time.Second); err != nil {
 				return res, err
 			}
+			storeProc = redis.measured()
 			env = append(env, "REDIS_URL=redis://"+redisAddr)
-		}
-		if c.disk {
+		case postgresStore:
+			pg, err := b.startPostgres()
+			if err != nil {
+				return res, err
+			}
+			stops = append(stops, pg.Close)
+			storeProc = measured{name: "postgres", pid: pg.PID()}
+			env = append(env, "DATABASE_URL="+pg.URL("postgres"))
+		case dataDir:
 			env = append(env, "DATA_DIR="+filepath.Join(dir, "data"))
+		}
+		if c.cache > 0 {
+			env = append(env, "CACHE_SIZE="+strconv.Itoa(c.cache))
 		}
 		if c.async {
 			env = append(env, "DELIVERY=async")
@@ -290,26 +377,26 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	if _, err := wrkRun(b.opts.conns, b.opts.warmup); err != nil {
 		return res, err
 	}
-	before, err := usages(target, redis, up)
+	before, err := usages(target.measured(), storeProc, up.measured())
 	if err != nil {
 		return res, err
 	}
 	if res.Load, err = wrkRun(b.opts.conns, b.opts.duration); err != nil {
 		return res, err
 	}
-	after, err := usages(target, redis, up)
+	after, err := usages(target.measured(), storeProc, up.measured())
 	if err != nil {
 		return res, err
 	}
 	res.ServerCPU = after[0].cpu - before[0].cpu
-	res.RedisCPU = after[1].cpu - before[1].cpu
+	res.StoreCPU = after[1].cpu - before[1].cpu
 	if target != up {
 		res.UpstreamCPU = after[2].cpu - before[2].cpu
 	}
 	if res.Single, err = wrkRun(1, b.opts.latencyDur); err != nil {
 		return res, err
 	}
-	final, err := usages(target, nil, nil)
+	final, err := usages(target.measured())
 	if err != nil {
 		return res, err
 	}
@@ -323,16 +410,49 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 // slowAppDelay is how long the slow app takes per request.
 const slowAppDelay = 200 * time.Millisecond
 
-// usages reads each process's usage; a nil process reads as zero.
-func usages(ps ...*proc) ([]usage, error) {
-	out := make([]usage, len(ps))
-	for i, p := range ps {
-		if p == nil {
+// startPostgres starts a PostgreSQL server of its own (initdb, then
+// postgres on loopback, as the tests run it: fsync off, so commits reach
+// the kernel but not the disk) and places it on the servers' CPUs at
+// their nice value, as the other servers are.
+func (b *bench) startPostgres() (*pgtest.Server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, p, _ := strings.Cut(addr, ":")
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return nil, err
+	}
+	pg, err := pgtest.Start(port)
+	if err != nil {
+		return nil, err
+	}
+	if err := place(pg.PID(), b.opts.serverCPUs, b.opts.nice); err != nil {
+		pg.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return pg, nil
+}
+
+// measured names a process whose usage a run reads.
+type measured struct {
+	name string
+	pid  int // 0: none, read as zero usage
+}
+
+func (p *proc) measured() measured { return measured{name: p.name, pid: p.pid()} }
+
+// usages reads each process's usage; a zero pid reads as zero.
+func usages(ms ...measured) ([]usage, error) {
+	out := make([]usage, len(ms))
+	for i, m := range ms {
+		if m.pid == 0 {
 			continue
 		}
-		u, err := procUsage(p.pid())
+		u, err := procUsage(m.pid)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p.name, err)
+			return nil, fmt.Errorf("%s: %w", m.name, err)
 		}
 		out[i] = u
 	}
