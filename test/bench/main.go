@@ -8,8 +8,8 @@
 // never competes with what it measures. It prints numbers; it asserts
 // nothing.
 //
-//	go run ./test/bench            # full run, about 6 minutes
-//	go run ./test/bench -quick     # one short repeat, under a minute
+//	go run ./test/bench            # full run, about 11 minutes
+//	go run ./test/bench -quick     # one short repeat, about two minutes
 //
 // test/bench/run.sh installs wrk, nginx, redis-server and PostgreSQL first
 // when missing. PostgreSQL is started as the tests start it (internal/pgtest).
@@ -72,7 +72,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "one repeat of short runs (about a minute): a smoke test, not numbers to quote")
+	quick := fs.Bool("quick", false, "one repeat of short runs (about two minutes): a smoke test, not numbers to quote")
 	fs.IntVar(&o.repeats, "repeats", 3, "repeats; each runs every configuration once, in rotating order")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each 32-connection measurement (whole seconds)")
 	fs.DurationVar(&o.latencyDur, "latency-duration", 3*time.Second, "length of each 1-connection measurement (whole seconds)")
