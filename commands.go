@@ -161,3 +161,142 @@ func adminCommand(ctx context.Context, cmd, ns, id string, environ map[string]st
 	}
 	return err
 }
+
+// openQueueForCommand opens the configured shared store's async queue, for
+// the dead-letter commands run without ADMIN_TOKEN.
+func openQueueForCommand(environ map[string]string) (*config.Config, dedup.Queue, func() error, error) {
+	cfg, err := config.LoadForStore(environ)
+	if err != nil {
+		return nil, nil, nil, usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	if cfg.Store.Kind == config.StoreMemory {
+		return nil, nil, nil, usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API; or configure the shared store (REDIS_URL, …) to reach it directly"))
+	}
+	redis.SetLogger(newRedisLogger(zap.NewNop()))
+	st, err := openStore(cfg, zap.NewNop())
+	if err != nil {
+		return nil, nil, nil, usageError(err)
+	}
+	q, ok := st.(dedup.Queue)
+	if !ok {
+		st.Close()
+		return nil, nil, nil, usageError(fmt.Errorf("%s: the %s store keeps no async queue", cfg.Store.Variable, cfg.Store.Kind))
+	}
+	return cfg, q, st.Close, nil
+}
+
+// deadLettersCommand prints every dead letter in one JSON document, as
+// GET /v1/dead-letters lists them a page at a time. With ADMIN_TOKEN set
+// it asks the running proxy's admin API.
+func deadLettersCommand(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
+	if len(args) != 0 {
+		return usageError(errors.New("usage: webhook-dedup dead-letters"))
+	}
+	var next func(ctx context.Context, cursor string) (admin.DeadLetterPage, error)
+	if environ["ADMIN_TOKEN"] != "" {
+		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
+			var page admin.DeadLetterPage
+			body, err := adminRequest(ctx, http.MethodGet, "/v1/dead-letters?limit=1000&cursor="+url.QueryEscape(cursor), environ)
+			if err == nil {
+				err = json.Unmarshal(body, &page)
+			}
+			return page, err
+		}
+	} else {
+		cfg, q, closeStore, err := openQueueForCommand(environ)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
+			return admin.ListDeadLetters(ctx, q, cfg.KeyPrefix, cursor, 1000)
+		}
+	}
+	all := admin.DeadLetterPage{DeadLetters: []admin.DeadLetter{}}
+	cursor := ""
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		page, err := next(pctx, cursor)
+		cancel()
+		if err != nil {
+			return err
+		}
+		all.DeadLetters = append(all.DeadLetters, page.DeadLetters...)
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(all)
+}
+
+// retryCommand puts a dead letter back in the queue as a new first
+// attempt, as POST /v1/events/{namespace}/{id}/retry does (which it calls
+// when ADMIN_TOKEN is set).
+func retryCommand(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
+	if len(args) != 2 {
+		return usageError(errors.New("usage: webhook-dedup retry NAMESPACE ID"))
+	}
+	ns, id := args[0], args[1]
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	if environ["ADMIN_TOKEN"] != "" {
+		_, err = adminRequest(ctx, http.MethodPost, "/v1/events/"+url.PathEscape(ns)+"/"+url.PathEscape(id)+"/retry", environ)
+	} else {
+		cfg, q, closeStore, oerr := openQueueForCommand(environ)
+		if oerr != nil {
+			return oerr
+		}
+		defer closeStore()
+		err = q.Requeue(ctx, dedup.EventKey(cfg.KeyPrefix, ns, id))
+	}
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+		return fmt.Errorf("no record for %s %s", ns, id)
+	case errors.Is(err, dedup.ErrNotFailed):
+		return fmt.Errorf("%s %s is not dead-lettered (it is queued, being delivered or completed)", ns, id)
+	case err != nil:
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "queued %s %s again\n", ns, id)
+	return err
+}
+
+// adminRequest calls the running proxy's admin API at ADMIN_ADDR with
+// ADMIN_TOKEN and returns the body of a 2xx answer. A 404 "no record" and
+// a 409 come back as dedup.ErrNotFound and dedup.ErrNotFailed.
+func adminRequest(ctx context.Context, method, path string, environ map[string]string) ([]byte, error) {
+	base, err := adminURL(environ)
+	if err != nil {
+		return nil, usageError(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+environ["ADMIN_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin API at %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("admin API at %s: %w", base, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), "no record"):
+		return nil, dedup.ErrNotFound
+	case resp.StatusCode == http.StatusConflict:
+		return nil, dedup.ErrNotFailed
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("admin API at %s: %s", base, strings.TrimSpace(string(body)))
+	case resp.StatusCode == http.StatusUnauthorized:
+		return nil, usageError(errors.New("ADMIN_TOKEN: the admin API refused it"))
+	case resp.StatusCode >= 300:
+		return nil, fmt.Errorf("admin API at %s answered %s: %s", base, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/delivery"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
@@ -146,6 +147,7 @@ func registeredMetrics() []string {
 	d := &describer{}
 	proxy.NewMetrics(d)
 	dedup.NewMonitor(nil, dedup.MonitorConfig{Registerer: d})
+	delivery.NewMetrics(d, nil, nil)
 	slices.Sort(d.names)
 	return slices.Compact(d.names)
 }

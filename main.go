@@ -64,6 +64,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return migrate(ctx, environ, stdout, stderr)
 	case "inspect", "forget":
 		return storeCommand(ctx, cmd, args, environ, stdout)
+	case "dead-letters":
+		return deadLettersCommand(ctx, args, environ, stdout)
+	case "retry":
+		return retryCommand(ctx, args, environ, stdout)
 	default:
 		_ = writeUsage(stderr)
 		return usageError(fmt.Errorf("unknown command %q", cmd))

@@ -24,6 +24,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/delivery"
 	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
@@ -38,7 +39,7 @@ type store interface {
 }
 
 // serve runs the proxy and the admin port until ctx is cancelled (SIGTERM),
-// then drains as SPEC.md's "Shutdown" says.
+// then drains as docs/operations.md's "Graceful shutdown" says.
 func serve(ctx context.Context, environ map[string]string, stderr io.Writer) error {
 	cfg, err := config.Load(environ)
 	if err != nil {
@@ -73,10 +74,24 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	handler, err := proxy.New(proxy.Config{
+	var handler *proxy.Handler
+	queue, workers, err := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration) {
+		return handler.Settlement(r)
+	})
+	if err != nil {
+		return usageError(err)
+	}
+	enqueued := func() {}
+	if workers != nil {
+		enqueued = workers.Nudge
+	}
+	handler, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Routes:          routes,
 		Store:           st,
+		Queue:           queue,
+		AsyncStatus:     cfg.AsyncStatus,
+		Enqueued:        enqueued,
 		KeyPrefix:       cfg.KeyPrefix,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		LeaseTTL:        cfg.LeaseTTL,
@@ -99,6 +114,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
 	if cfg.ReadyCheckUpstream {
 		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
+	}
+	if queue != nil {
+		adminCfg.DeadLetters = queue
 	}
 	adm := admin.New(adminCfg)
 
@@ -136,6 +154,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if monitor != nil {
 		srv.background = monitor.Run
 	}
+	if workers != nil {
+		srv.deliver = workers.Run
+	}
 	if err := srv.run(ctx); err != nil {
 		return err
 	}
@@ -160,16 +181,24 @@ type servers struct {
 	// background, if not nil, runs beside the servers until they stop
 	// (the Redis monitor).
 	background func(context.Context)
+	// deliver, if not nil, runs the async routes' delivery workers until
+	// its context ends (delivery.Workers.Run): at SIGTERM they stop taking
+	// and finish their running attempts within SHUTDOWN_TIMEOUT, beside
+	// the drain; the store closes after both.
+	deliver func(context.Context) error
 }
 
-// run serves until ctx is cancelled (SIGTERM), then drains as SPEC.md's
-// "Shutdown" says. If a server fails first, both are drained at once
+// run serves until ctx is cancelled (SIGTERM), then drains as
+// docs/operations.md's "Graceful shutdown" says. If a server fails first, both are drained at once
 // (without SHUTDOWN_DELAY) and its error is returned: the other must stop
 // too, or Wait would wait for it forever.
 func (s *servers) run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if s.background != nil {
 		g.Go(func() error { s.background(gctx); return nil })
+	}
+	if s.deliver != nil {
+		g.Go(func() error { return s.deliver(gctx) })
 	}
 	g.Go(func() error { return serveUntilClosed(s.public, s.publicLn) })
 	g.Go(func() error { return serveUntilClosed(s.admin, s.adminLn) })
@@ -244,7 +273,7 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 		for _, name := range src.PresetNames() {
 			used[name] = true
 		}
-		routes = append(routes, proxy.Route{Path: spec.Path, Source: src})
+		routes = append(routes, proxy.Route{Path: spec.Path, Source: src, Delivery: spec.Delivery})
 	}
 	for _, p := range providers.Presets() {
 		if len(cfg.Secrets[p.Name]) > 0 && !used[p.Name] {
@@ -318,6 +347,82 @@ func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Lo
 		log.Warn("redis not checked at start; checking again every REDIS_CHECK_INTERVAL", zap.Error(err))
 	}
 	return m, nil
+}
+
+// asyncDelivery sets up the background delivery of async routes: the
+// store's queue, the workers and their metrics. Without async routes it
+// returns nils.
+func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log *zap.Logger,
+	settlement func(*http.Request) (string, time.Duration)) (dedup.Queue, *delivery.Workers, error) {
+	if !cfg.AsyncRoutes() {
+		return nil, nil, nil
+	}
+	queue, ok := st.(dedup.Queue)
+	if !ok {
+		// config.checkAsyncStore lets only stores that keep a queue through.
+		return nil, nil, fmt.Errorf("DELIVERY: async delivery needs a store that keeps a queue; the %s store keeps none", cfg.Store.Kind)
+	}
+	dlog := log.Named("delivery")
+	workers := delivery.New(delivery.Config{
+		Queue:           queue,
+		Upstream:        cfg.Upstream,
+		Transport:       proxy.NewTransport(),
+		Settlement:      settlement,
+		DefaultTTL:      cfg.DedupTTL,
+		Concurrency:     cfg.DeliveryConcurrency,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		Lease:           cfg.LeaseTTL,
+		InitialInterval: cfg.RetryInitialInterval,
+		MaxInterval:     cfg.RetryMaxInterval,
+		MaxAttempts:     cfg.RetryMaxAttempts,
+		MaxAge:          cfg.RetryMaxAge,
+		DeadLetterTTL:   cfg.DeadLetterTTL,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          dlog,
+		Metrics:         delivery.NewMetrics(reg, queue, dlog),
+	})
+	var async []string
+	for _, r := range cfg.RouteSpecs {
+		if r.Delivery == proxy.AsyncDelivery {
+			async = append(async, r.Path)
+		}
+	}
+	log.Info("async delivery", zap.Strings("routes", async), zap.Int("concurrency", cfg.DeliveryConcurrency),
+		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
+	if dc, ok := st.(durabilityChecker); ok {
+		logDurability(dc, log)
+	}
+	return queue, workers, nil
+}
+
+// durabilityChecker is a store that can say whether its configuration
+// keeps what the async queue accepted (dedup.Redis).
+type durabilityChecker interface {
+	CheckDurability(ctx context.Context) (dedup.Durability, error)
+}
+
+// durabilityTimeout bounds the start-up check of Redis's persistence.
+const durabilityTimeout = 5 * time.Second
+
+// logDurability logs, once at start, whether Redis keeps the events async
+// routes answer 202: at error level when its settings lose them (the proxy
+// keeps running: the operator decides), at warn when they cannot be read.
+func logDurability(dc durabilityChecker, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), durabilityTimeout)
+	defer cancel()
+	d, err := dc.CheckDurability(ctx)
+	switch {
+	case err != nil:
+		log.Warn("could not check whether Redis keeps accepted async events (appendonly, maxmemory-policy)", zap.Error(err))
+	case !d.Readable:
+		log.Warn("async delivery on Redis: "+d.String(), zap.String("reason", d.Unread))
+	case !d.OK():
+		log.Error("async delivery on Redis may lose events already answered 202: "+d.String(),
+			zap.String("appendonly", d.AppendOnly), zap.String("appendfsync", d.AppendFsync), zap.String("maxmemory_policy", d.MaxmemoryPolicy))
+	default:
+		log.Info("async delivery on Redis: "+d.String(),
+			zap.String("appendonly", d.AppendOnly), zap.String("appendfsync", d.AppendFsync), zap.String("maxmemory_policy", d.MaxmemoryPolicy))
+	}
 }
 
 // openStore opens the store config chose (config.Store): the one place

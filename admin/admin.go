@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,13 @@ type Store interface {
 	Forget(ctx context.Context, key string) (bool, error)
 }
 
+// DeadLetters is what the dead-letter API needs of the store's async queue
+// (dedup.Queue).
+type DeadLetters interface {
+	DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error)
+	Requeue(ctx context.Context, key string) error
+}
+
 // Config configures the admin handler.
 type Config struct {
 	// Store is checked by /readyz and used by the events API. Required.
@@ -35,6 +43,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Token enables the events API (bearer token). If empty, the API answers 404.
 	Token string
+	// DeadLetters serves the dead-letter listing and retries. If nil (no
+	// async route), those paths answer 404.
+	DeadLetters DeadLetters
 	// KeyPrefix is the store key prefix, as the proxy uses it.
 	KeyPrefix string
 	// Logger logs admin actions. If nil, nothing is logged.
@@ -71,6 +82,12 @@ func New(cfg Config) *Server {
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /v1/events/{namespace}/{id}", s.authorized(s.inspect))
 	s.mux.HandleFunc("DELETE /v1/events/{namespace}/{id}", s.authorized(s.forget))
+	s.mux.HandleFunc("POST /v1/events/{namespace}/{id}/retry", s.authorized(s.retry))
+	s.mux.HandleFunc("GET /v1/dead-letters", s.authorized(s.deadLetters))
+	s.mux.HandleFunc("/v1/dead-letters", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+	}))
 	// Every other method and path under /v1/events/ goes through the token
 	// check too, so that without a token the API does not show at all
 	// (the mux alone would answer 405 with an Allow header).
@@ -159,7 +176,8 @@ func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
 type Event struct {
 	Namespace string `json:"namespace"`
 	ID        string `json:"id"`
-	// State is "in-flight" or "completed".
+	// State is "in-flight" or "completed" (sync routes), or "queued",
+	// "delivering", "completed" or "failed" (async routes).
 	State string `json:"state"`
 	// Status is the upstream's status code; zero (omitted) while in flight.
 	Status int `json:"status,omitempty"`
@@ -171,6 +189,20 @@ type Event struct {
 	// BodySHA256 is the hex fingerprint of the completed request's body;
 	// empty (omitted) when unknown. It tells a changed payload from a retry.
 	BodySHA256 string `json:"body_sha256,omitempty"`
+	// Attempts, LastStatus, LastError and NextAttemptAt tell where an
+	// async event's background delivery stands: the attempts made, the
+	// app's last answer (0: none answered), why the last attempt failed
+	// and when a queued event is due (RFC 3339). Omitted where they do
+	// not apply (sync routes, a first attempt not yet made).
+	Attempts      int    `json:"attempts,omitempty"`
+	LastStatus    int    `json:"last_status,omitempty"`
+	LastError     string `json:"last_error,omitempty"`
+	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+}
+
+// async reports whether a state is one of an async route's.
+func async(st dedup.State) bool {
+	return st == dedup.Queued || st == dedup.Delivering || st == dedup.Failed
 }
 
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
@@ -198,11 +230,106 @@ func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
 	if !rec.Since.IsZero() {
 		ev.AgeSeconds = seconds(now.Sub(rec.Since))
 	}
+	if d := rec.Delivery; async(rec.State) || d.Attempts > 0 {
+		ev.Attempts, ev.LastStatus, ev.LastError = d.Attempts, d.LastStatus, d.LastError
+		if !d.NextAttemptAt.IsZero() && rec.State == dedup.Queued {
+			ev.NextAttemptAt = d.NextAttemptAt.UTC().Format(time.RFC3339)
+		}
+	}
 	return ev
 }
 
 // seconds is d in seconds, to the millisecond: finer is noise to a reader.
 func seconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
+
+// retry puts a dead-lettered event back in the queue as a new first attempt.
+func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.DeadLetters == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no async route: nothing is ever dead-lettered"})
+		return
+	}
+	ns, id := r.PathValue("namespace"), r.PathValue("id")
+	err := s.cfg.DeadLetters.Requeue(r.Context(), s.key(ns, id))
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no record for this event"})
+	case errors.Is(err, dedup.ErrNotFailed):
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "the event is not dead-lettered: it is queued, being delivered or completed"})
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+	default:
+		s.cfg.Logger.Info("dead letter queued again by the admin API", zap.String("namespace", ns), zap.String("event_id", id))
+		writeJSON(w, http.StatusAccepted, map[string]string{"status": "queued", "namespace": ns, "id": id})
+	}
+}
+
+// DeadLetter is the dead-letter listing's view of one failed event.
+type DeadLetter struct {
+	Namespace  string `json:"namespace"`
+	ID         string `json:"id"`
+	Attempts   int    `json:"attempts"`
+	LastStatus int    `json:"last_status"`
+	LastError  string `json:"last_error"`
+	// FailedAt is when it was dead-lettered (RFC 3339).
+	FailedAt string `json:"failed_at"`
+}
+
+// DeadLetterPage is one page of the listing; NextCursor is empty on the last.
+type DeadLetterPage struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	NextCursor  string       `json:"next_cursor"`
+}
+
+// Dead-letter pages: limit's default and bound.
+const (
+	defaultPage = 100
+	maxPage     = 1000
+)
+
+func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.DeadLetters == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no async route: nothing is ever dead-lettered"})
+		return
+	}
+	limit := defaultPage
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPage {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be a number from 1 to " + strconv.Itoa(maxPage)})
+			return
+		}
+		limit = n
+	}
+	page, err := ListDeadLetters(r.Context(), s.cfg.DeadLetters, s.cfg.KeyPrefix, r.URL.Query().Get("cursor"), limit)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// DeadLetterLister is what ListDeadLetters needs of a store.
+type DeadLetterLister interface {
+	DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error)
+}
+
+// ListDeadLetters reads one page of dead letters, each named by namespace
+// and ID as the events API names it (for the API and the CLI alike).
+func ListDeadLetters(ctx context.Context, st DeadLetterLister, prefix, cursor string, limit int) (DeadLetterPage, error) {
+	dls, next, err := st.DeadLetters(ctx, cursor, limit)
+	if err != nil {
+		return DeadLetterPage{}, err
+	}
+	page := DeadLetterPage{DeadLetters: make([]DeadLetter, 0, len(dls)), NextCursor: next}
+	for _, dl := range dls {
+		ns, id := splitEventKey(prefix, dl.Key)
+		page.DeadLetters = append(page.DeadLetters, DeadLetter{
+			Namespace: ns, ID: id, Attempts: dl.Attempts, LastStatus: dl.LastStatus, LastError: dl.LastError,
+			FailedAt: dl.FailedAt.UTC().Format(time.RFC3339),
+		})
+	}
+	return page, nil
+}
 
 func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
 	ns, id := r.PathValue("namespace"), r.PathValue("id")
@@ -256,4 +383,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// splitEventKey undoes dedup.EventKey at the first ':' after the prefix:
+// preset names carry none and route paths hardly ever do, while IDs may.
+// A key with none (which the proxy never writes) is shown whole as the ID.
+func splitEventKey(prefix, key string) (namespace, id string) {
+	rest := strings.TrimPrefix(key, prefix)
+	if ns, id, ok := strings.Cut(rest, ":"); ok {
+		return ns, id
+	}
+	return "", rest
 }

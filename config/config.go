@@ -24,12 +24,22 @@ import (
 )
 
 // Config is the whole configuration. Every field is one environment
-// variable; its desc tag is what -h and the README say about it.
+// variable; its desc tag is what -h and docs/configuration.md say about it.
 type Config struct {
 	UpstreamURL string `env:"UPSTREAM_URL" desc:"the app, e.g. http://127.0.0.1:3000 (required)"`
 	ListenAddr  string `env:"LISTEN_ADDR" envDefault:":8080" desc:"where webhooks arrive"`
 	AdminAddr   string `env:"ADMIN_ADDR" envDefault:":9090" desc:"/healthz, /readyz, /metrics and the admin API"`
-	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE; longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
+	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE, each optionally followed by ;sync or ;async (overriding DELIVERY); longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
+
+	// Delivery and the async workers' settings (validated in completeDelivery).
+	Delivery             proxy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
+	DeliveryConcurrency  int                `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process"`
+	AsyncStatus          int                `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
+	RetryInitialInterval time.Duration      `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
+	RetryMaxInterval     time.Duration      `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
+	RetryMaxAttempts     int                `env:"RETRY_MAX_ATTEMPTS" envDefault:"25" desc:"attempts, the first included, before an event is dead-lettered"`
+	RetryMaxAge          time.Duration      `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
+	DeadLetterTTL        time.Duration      `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
 
 	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	DataDir   string `env:"DATA_DIR" desc:"directory of the embedded store's file (webhook-dedup.db), kept across restarts; created if missing; instead of Redis; one replica only"`
@@ -111,10 +121,16 @@ type Config struct {
 	Store Store `env:"-"`
 }
 
-// RouteSpec is one PATH=SOURCE entry of ROUTES.
+// RouteSpec is one PATH=SOURCE[;MODE] entry of ROUTES.
 type RouteSpec struct {
 	Path   string
 	Source string
+	// Delivery is the route's mode: the ";sync" or ";async" after its
+	// source, or else DELIVERY (filled in by Load; ParseRoutes leaves it
+	// SyncDelivery when Override is false).
+	Delivery proxy.DeliveryMode
+	// Override is true when the route names its own mode.
+	Override bool
 }
 
 // Load reads the configuration from environ (variable name to value) and
@@ -230,7 +246,14 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	if err != nil {
 		bad("ROUTES", "%v", err)
 	}
+	for i := range specs {
+		if !specs[i].Override {
+			specs[i].Delivery = c.Delivery
+		}
+	}
 	c.RouteSpecs = specs
+	c.completeDelivery(bad)
+
 	c.Secrets = map[string][]string{}
 	c.URLs = map[string]string{}
 
@@ -261,8 +284,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	return errs
 }
 
-// ParseRoutes parses ROUTES: comma-separated PATH=SOURCE entries. Paths must
-// start with "/", are cleaned of a trailing slash, and may not repeat.
+// ParseRoutes parses ROUTES: comma-separated PATH=SOURCE entries, each
+// optionally followed by ";sync" or ";async". Paths must start with "/",
+// are cleaned of a trailing slash, and may not repeat.
 func ParseRoutes(s string) ([]RouteSpec, error) {
 	var specs []RouteSpec
 	seen := map[string]bool{}
@@ -273,6 +297,15 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 		}
 		path, source, ok := strings.Cut(entry, "=")
 		path, source = strings.TrimSpace(path), strings.TrimSpace(source)
+		spec := RouteSpec{}
+		if src, mode, found := strings.Cut(source, ";"); found {
+			mode = strings.TrimSpace(mode)
+			if err := spec.Delivery.UnmarshalText([]byte(mode)); err != nil {
+				return nil, fmt.Errorf("%q: the delivery mode after ';' %v", entry, err)
+			}
+			spec.Override = true
+			source = strings.TrimSpace(src)
+		}
 		switch {
 		case !ok || source == "":
 			return nil, fmt.Errorf("%q is not PATH=SOURCE", entry)
@@ -290,12 +323,52 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 			return nil, fmt.Errorf("path %q appears twice", path)
 		}
 		seen[path] = true
-		specs = append(specs, RouteSpec{Path: path, Source: source})
+		spec.Path, spec.Source = path, source
+		specs = append(specs, spec)
 	}
 	if len(specs) == 0 {
 		return nil, errors.New("no route")
 	}
 	return specs, nil
+}
+
+// completeDelivery validates the async delivery settings. They are checked
+// whether or not a route is async, so a mistake shows before it matters.
+func (c *Config) completeDelivery(bad func(name, format string, args ...any)) {
+	if c.DeliveryConcurrency <= 0 {
+		bad("DELIVERY_CONCURRENCY", "must be positive, got %d", c.DeliveryConcurrency)
+	}
+	if c.AsyncStatus != 202 && c.AsyncStatus != 200 {
+		bad("ASYNC_STATUS", "must be 202 or 200, got %d", c.AsyncStatus)
+	}
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"RETRY_INITIAL_INTERVAL", c.RetryInitialInterval}, {"RETRY_MAX_INTERVAL", c.RetryMaxInterval},
+		{"RETRY_MAX_AGE", c.RetryMaxAge}, {"DEAD_LETTER_TTL", c.DeadLetterTTL},
+	} {
+		if p.d <= 0 {
+			bad(p.name, "must be a positive duration, got %s", p.d)
+		}
+	}
+	if c.RetryInitialInterval > 0 && c.RetryMaxInterval > 0 && c.RetryMaxInterval < c.RetryInitialInterval {
+		bad("RETRY_MAX_INTERVAL", "%s is less than RETRY_INITIAL_INTERVAL (%s)", c.RetryMaxInterval, c.RetryInitialInterval)
+	}
+	if c.RetryMaxAttempts <= 0 {
+		bad("RETRY_MAX_ATTEMPTS", "must be positive, got %d", c.RetryMaxAttempts)
+	}
+	c.checkAsyncStore(bad)
+}
+
+// AsyncRoutes reports whether any route delivers in the background.
+func (c *Config) AsyncRoutes() bool {
+	for _, r := range c.RouteSpecs {
+		if r.Delivery == proxy.AsyncDelivery {
+			return true
+		}
+	}
+	return false
 }
 
 // ProviderOptions is what the providers package needs to build sources.
@@ -342,7 +415,7 @@ func namedParseErrors(err error) []parseError {
 	return out
 }
 
-// Variable is one environment variable as -h and the README list it.
+// Variable is one environment variable as -h and docs/configuration.md list it.
 type Variable struct {
 	Name, Default, Description string
 }
@@ -375,7 +448,7 @@ func Variables() []Variable {
 func WriteUsage(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
-	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate | inspect NAMESPACE ID | forget NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
 	fmt.Fprintln(tw, "Configured by environment variables:")
 	fmt.Fprintln(tw)
 	for _, v := range Variables() {

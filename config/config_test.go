@@ -21,9 +21,9 @@ func TestDefaults(t *testing.T) {
 		cfg.UpstreamTimeout != 30*time.Second || cfg.LeaseTTL != 45*time.Second || cfg.MaxBodyBytes != 10485760 ||
 		cfg.OnStoreError != proxy.RejectOnStoreError || cfg.OnMissingID != proxy.ForwardMissingID || cfg.SignatureTolerance != 5*time.Minute ||
 		cfg.InflightStatus != 409 || cfg.ReplayMaxBytes != 65536 || cfg.ShutdownTimeout != 25*time.Second {
-		t.Fatalf("defaults differ from SPEC.md: %+v", cfg)
+		t.Fatalf("defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}
-	if len(cfg.RouteSpecs) != 1 || cfg.RouteSpecs[0] != (RouteSpec{"/", "auto"}) {
+	if len(cfg.RouteSpecs) != 1 || cfg.RouteSpecs[0] != (RouteSpec{Path: "/", Source: "auto"}) {
 		t.Fatalf("default routes %v", cfg.RouteSpecs)
 	}
 }
@@ -58,6 +58,16 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"ROUTES": "/a=github,/a=stripe"}, "ROUTES"},
 		{map[string]string{"SQUARE_WEBHOOK_URL": "relative/path"}, "SQUARE_WEBHOOK_URL"},
 		{map[string]string{"DEDUP_TTL": "-1h"}, "DEDUP_TTL"},
+		{map[string]string{"DELIVERY": "later"}, "DELIVERY"},
+		{map[string]string{"DELIVERY": "async"}, "DATA_DIR"},
+		{map[string]string{"ROUTES": "/a=github;async"}, "DELIVERY"},
+		{map[string]string{"DELIVERY_CONCURRENCY": "0"}, "DELIVERY_CONCURRENCY"},
+		{map[string]string{"ASYNC_STATUS": "204"}, "ASYNC_STATUS"},
+		{map[string]string{"RETRY_INITIAL_INTERVAL": "0s"}, "RETRY_INITIAL_INTERVAL"},
+		{map[string]string{"RETRY_INITIAL_INTERVAL": "2m", "RETRY_MAX_INTERVAL": "1m"}, "RETRY_MAX_INTERVAL"},
+		{map[string]string{"RETRY_MAX_ATTEMPTS": "0"}, "RETRY_MAX_ATTEMPTS"},
+		{map[string]string{"RETRY_MAX_AGE": "-1h"}, "RETRY_MAX_AGE"},
+		{map[string]string{"DEAD_LETTER_TTL": "0s"}, "DEAD_LETTER_TTL"},
 	} {
 		env := base()
 		for k, v := range tc.env {
@@ -103,7 +113,7 @@ func TestParseRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []RouteSpec{{"/webhooks/stripe", "stripe"}, {"/hooks/acme", "header:X-Acme-Event-Id"}, {"/", "auto"}}
+	want := []RouteSpec{{Path: "/webhooks/stripe", Source: "stripe"}, {Path: "/hooks/acme", Source: "header:X-Acme-Event-Id"}, {Path: "/", Source: "auto"}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
@@ -112,10 +122,73 @@ func TestParseRoutes(t *testing.T) {
 			t.Fatalf("got %v, want %v", got, want)
 		}
 	}
-	for _, bad := range []string{"", ",", "/a", "=github", "a=github", "/a=", "/a b=github", "/a#b=github", "/a//b=github", "/a=x,/a/=y"} {
+	for _, bad := range []string{"", ",", "/a", "=github", "a=github", "/a=", "/a b=github", "/a#b=github", "/a//b=github", "/a=x,/a/=y", "/a=github;", "/a=github;later", "/a=;async", "/a=github;async;sync"} {
 		if _, err := ParseRoutes(bad); err == nil {
 			t.Errorf("ParseRoutes(%q) accepted", bad)
 		}
+	}
+}
+
+func TestRouteDeliveryModes(t *testing.T) {
+	for _, tc := range []struct {
+		name, delivery, routes string
+		want                   []proxy.DeliveryMode
+	}{
+		{"default sync", "", "/a=github,/b=stripe", []proxy.DeliveryMode{proxy.SyncDelivery, proxy.SyncDelivery}},
+		{"async under a sync default", "sync", "/a=github;async,/b=stripe", []proxy.DeliveryMode{proxy.AsyncDelivery, proxy.SyncDelivery}},
+		{"sync under an async default", "async", "/a=github ; sync,/b=stripe", []proxy.DeliveryMode{proxy.SyncDelivery, proxy.AsyncDelivery}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := base()
+			env["ROUTES"], env["REDIS_URL"] = tc.routes, "redis://127.0.0.1:6379"
+			if tc.delivery != "" {
+				env["DELIVERY"] = tc.delivery
+			}
+			cfg, err := Load(env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range tc.want {
+				if got := cfg.RouteSpecs[i]; got.Delivery != want || got.Source == "" || strings.Contains(got.Source, ";") {
+					t.Errorf("route %d: %+v, want delivery %s", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestAsyncNeedsDurableStore(t *testing.T) {
+	env := base()
+	env["DELIVERY"] = "async"
+	_, err := Load(env)
+	if err == nil || !strings.Contains(err.Error(), "DELIVERY") || !strings.Contains(err.Error(), "DATA_DIR") {
+		t.Fatalf("async on the in-memory store: %v, want an error naming DELIVERY and DATA_DIR", err)
+	}
+	env["ROUTES"] = "/a=github;sync"
+	if _, err := Load(env); err != nil {
+		t.Fatalf("every route sync under DELIVERY=async, in memory: %v", err)
+	}
+	dynamo := base()
+	dynamo["ROUTES"], dynamo["DYNAMODB_TABLE"], dynamo["AWS_REGION"] = "/a=github;async", "webhook-dedup", "eu-west-1"
+	_, err = Load(dynamo)
+	if err == nil || !strings.Contains(err.Error(), "DELIVERY") || !strings.Contains(err.Error(), "DYNAMODB_TABLE supports sync delivery only") || !strings.Contains(err.Error(), "/a") {
+		t.Fatalf("an ;async route on DynamoDB: %v, want an error naming DELIVERY, DYNAMODB_TABLE and the route", err)
+	}
+	env["REDIS_URL"], env["ROUTES"] = "redis://127.0.0.1:6379", "/=auto"
+	if _, err := Load(env); err != nil {
+		t.Fatalf("async on Redis: %v", err)
+	}
+}
+
+func TestAsyncDefaults(t *testing.T) {
+	cfg, err := Load(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Delivery != proxy.SyncDelivery || cfg.DeliveryConcurrency != 16 || cfg.AsyncStatus != 202 ||
+		cfg.RetryInitialInterval != time.Second || cfg.RetryMaxInterval != 10*time.Minute || cfg.RetryMaxAttempts != 25 ||
+		cfg.RetryMaxAge != 72*time.Hour || cfg.DeadLetterTTL != 168*time.Hour {
+		t.Fatalf("async defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}
 }
 
@@ -130,7 +203,7 @@ func FuzzParseRoutes(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, r := range specs {
-			if !strings.HasPrefix(r.Path, "/") || r.Source == "" || seen[r.Path] {
+			if !strings.HasPrefix(r.Path, "/") || r.Source == "" || strings.Contains(r.Source, ";") || seen[r.Path] {
 				t.Fatalf("ParseRoutes(%q) returned invalid %v", s, specs)
 			}
 			seen[r.Path] = true

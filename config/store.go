@@ -3,7 +3,10 @@ package config
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
 // StoreKind names the store that keeps the records.
@@ -105,21 +108,26 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 	return chosen[0]
 }
 
-// completeStoreTimeout derives STORE_TIMEOUT. Every forwarded request waits
-// for the store before and after the app: the store must answer far
-// sooner than the app may take.
-func (c *Config) completeStoreTimeout(bad func(name, format string, args ...any)) {
-	limit := c.UpstreamTimeout / 4
-	switch {
-	case c.StoreTimeout == 0 && limit > 0:
-		c.StoreTimeout = min(time.Second, limit)
-	case c.StoreTimeout == 0:
-		c.StoreTimeout = time.Second // UPSTREAM_TIMEOUT is wrong, and said so
-	case c.StoreTimeout < 0:
-		bad("STORE_TIMEOUT", "must be a positive duration, got %s", c.StoreTimeout)
-	case limit > 0 && c.StoreTimeout > limit:
-		bad("STORE_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.StoreTimeout, c.UpstreamTimeout)
+// checkAsyncStore refuses async delivery on a store that cannot keep it
+// (Store.AsyncError): the sender would have been told 202 for an event
+// lost at the next restart. A route's ";async" is held to the same rule
+// as DELIVERY=async, and the error names the routes.
+func (c *Config) checkAsyncStore(bad func(name, format string, args ...any)) {
+	if !c.AsyncRoutes() {
+		return
 	}
+	err := c.Store.AsyncError("DELIVERY")
+	if err == nil {
+		return
+	}
+	var routes []string
+	for _, r := range c.RouteSpecs {
+		if r.Delivery == proxy.AsyncDelivery {
+			routes = append(routes, r.Path)
+		}
+	}
+	msg := strings.TrimPrefix(err.Error(), "DELIVERY: ")
+	bad("DELIVERY", "%s (async routes: %s)", msg, strings.Join(routes, ", "))
 }
 
 // writableDir makes sure dir is a directory this process can create files
@@ -136,4 +144,21 @@ func writableDir(dir string) error {
 	name := f.Name()
 	_ = f.Close()
 	return os.Remove(name)
+}
+
+// completeStoreTimeout derives STORE_TIMEOUT. Every forwarded request waits
+// for the store before and after the app: the store must answer far
+// sooner than the app may take.
+func (c *Config) completeStoreTimeout(bad func(name, format string, args ...any)) {
+	limit := c.UpstreamTimeout / 4
+	switch {
+	case c.StoreTimeout == 0 && limit > 0:
+		c.StoreTimeout = min(time.Second, limit)
+	case c.StoreTimeout == 0:
+		c.StoreTimeout = time.Second // UPSTREAM_TIMEOUT is wrong, and said so
+	case c.StoreTimeout < 0:
+		bad("STORE_TIMEOUT", "must be a positive duration, got %s", c.StoreTimeout)
+	case limit > 0 && c.StoreTimeout > limit:
+		bad("STORE_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.StoreTimeout, c.UpstreamTimeout)
+	}
 }

@@ -47,6 +47,7 @@ var variants = []variant{
 	{dir: "overlays/dynamodb", native: true},
 	{dir: "overlays/existing-app", native: true},
 	{dir: "overlays/monitoring", native: true},
+	{dir: "overlays/async-disk", native: true},
 }
 
 // installHint is how to get a renderer on a machine that has neither.
@@ -132,6 +133,7 @@ type manifests struct {
 	secrets         map[string]*corev1.Secret
 	networkPolicies []*networkingv1.NetworkPolicy
 	pdbs            []*policyv1.PodDisruptionBudget
+	pvcs            map[string]*corev1.PersistentVolumeClaim
 	serviceMonitors []*serviceMonitor
 	serviceAccounts map[string]*corev1.ServiceAccount
 	// objects counts every decoded object.
@@ -142,7 +144,8 @@ type manifests struct {
 // document strictly: an unknown or duplicate field, a key in the wrong case
 // or a kind this project does not ship is an error.
 func decodeStream(r io.Reader) (*manifests, error) {
-	m := &manifests{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}, serviceAccounts: map[string]*corev1.ServiceAccount{}}
+	m := &manifests{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
+		pvcs: map[string]*corev1.PersistentVolumeClaim{}, serviceAccounts: map[string]*corev1.ServiceAccount{}}
 	docs := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	for {
 		doc, err := docs.Read()
@@ -192,6 +195,9 @@ func (m *manifests) add(doc []byte) error {
 	case "v1 Secret":
 		o := &corev1.Secret{}
 		m.secrets[meta.Metadata.Name], obj = o, o
+	case "v1 PersistentVolumeClaim":
+		o := &corev1.PersistentVolumeClaim{}
+		m.pvcs[meta.Metadata.Name], obj = o, o
 	case "v1 ServiceAccount":
 		o := &corev1.ServiceAccount{}
 		m.serviceAccounts[meta.Metadata.Name], obj = o, o

@@ -57,6 +57,7 @@ func TestSidecarInvariants(t *testing.T) {
 				checkExpansions(t, m, p.name, p.spec)
 				checkImages(t, p.name, p.spec)
 				checkDisruptionBudget(t, m, p.name, p.labels, d.Spec.Replicas)
+				checkDelivery(t, m, d, p)
 				checkDynamoDB(t, m, p)
 				pods = append(pods, p)
 			}

@@ -15,16 +15,10 @@ import (
 // newReverseProxy is the proxy to the upstream: every request, webhook or
 // not, leaves through it.
 func (h *Handler) newReverseProxy(upstream *url.URL) *httputil.ReverseProxy {
+	rewrite := Rewrite(upstream)
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			// The upstream sees the Host the sender used (apps that verify
-			// signed URLs depend on it) and keeps an ingress's X-Forwarded-For chain.
-			pr.Out.Host = pr.In.Host
-			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
-				pr.Out.Header["X-Forwarded-For"] = xff
-			}
-			pr.SetXForwarded()
+			rewrite(pr)
 			if b, ok := pr.In.Body.(*replayBody); ok && pr.Out.Body != nil {
 				pr.Out.Body = b.forUpstream()
 			}
@@ -39,6 +33,24 @@ func (h *Handler) newReverseProxy(upstream *url.URL) *httputil.ReverseProxy {
 		// a timer goroutine: a second write, and a goroutine, per answer.
 		BufferPool: &h.copyBuffers,
 		ErrorLog:   zap.NewStdLog(h.log.Named("reverseproxy")),
+	}
+}
+
+// Rewrite is the httputil.ReverseProxy Rewrite hook that turns a received
+// webhook into the upstream's request: the same method, path, query,
+// headers and body, the Host the sender used (apps that verify signed URLs
+// depend on it), an ingress's X-Forwarded-For chain kept and extended, and
+// X-Forwarded-Host and -Proto as received. Sync routes and the background
+// delivery of async routes both forward through it, so the app cannot tell
+// them apart.
+func Rewrite(upstream *url.URL) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
+		pr.SetURL(upstream)
+		pr.Out.Host = pr.In.Host
+		if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
+			pr.Out.Header["X-Forwarded-For"] = xff
+		}
+		pr.SetXForwarded()
 	}
 }
 

@@ -13,6 +13,7 @@ const (
 	outcomeForwardedUnchecked = "forwarded-unchecked"
 	outcomeShadowDuplicate    = "shadow-duplicate"
 	outcomeDuplicate          = "duplicate"
+	outcomeQueued             = "queued"
 	outcomeInFlight           = "in-flight"
 	outcomeStoreUnavailable   = "store-unavailable"
 	outcomeInvalidSignature   = "invalid-signature"
@@ -30,6 +31,7 @@ const (
 	opComplete = "complete"
 	opRelease  = "release"
 	opLookup   = "lookup"
+	opEnqueue  = "enqueue"
 )
 
 // Metrics are the proxy's Prometheus metrics.

@@ -68,3 +68,38 @@ func (p *MissingIDPolicy) UnmarshalText(text []byte) error {
 	}
 	return nil
 }
+
+// DeliveryMode is how a route hands webhooks to the app (DELIVERY, or
+// ";sync" / ";async" after a route's source). The zero value is SyncDelivery.
+type DeliveryMode uint8
+
+const (
+	// SyncDelivery forwards a first-seen webhook while the sender waits,
+	// and relays the app's answer.
+	SyncDelivery DeliveryMode = iota
+	// AsyncDelivery claims the event and stores its request in one store
+	// step, answers the sender at once, and leaves the delivery to the
+	// background workers, which retry until the app answers 2xx.
+	AsyncDelivery
+)
+
+// String returns the mode's name in DELIVERY: "sync" or "async".
+func (m DeliveryMode) String() string {
+	if m == AsyncDelivery {
+		return "async"
+	}
+	return "sync"
+}
+
+// UnmarshalText parses "sync" or "async".
+func (m *DeliveryMode) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "sync":
+		*m = SyncDelivery
+	case "async":
+		*m = AsyncDelivery
+	default:
+		return fmt.Errorf("must be sync or async, got %q", text)
+	}
+	return nil
+}

@@ -28,6 +28,12 @@ type Store interface {
 	Lookup(ctx context.Context, key string) (dedup.Record, error)
 }
 
+// Queue is what an async route needs of a store: claim the event and keep
+// its request for background delivery, in one step (dedup.Queue).
+type Queue interface {
+	Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error)
+}
+
 // Config configures a Handler. Zero values are documented per field.
 type Config struct {
 	// Upstream is the app's base URL. Required.
@@ -36,6 +42,16 @@ type Config struct {
 	Routes []Route
 	// Store keeps the claims. Required.
 	Store Store
+	// Queue keeps the webhooks of async routes. Required when a route is
+	// async; the Store and the Queue are then the same store.
+	Queue Queue
+	// AsyncStatus is the answer to a webhook queued for background
+	// delivery. If zero, 202.
+	AsyncStatus int
+	// Enqueued is called after a webhook was queued, so that this
+	// process's delivery workers take it at once rather than at their next
+	// poll. If nil, nothing is called.
+	Enqueued func()
 	// KeyPrefix starts every store key.
 	KeyPrefix string
 	// UpstreamTimeout bounds each forwarded request. If zero, 30s.
@@ -119,6 +135,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Metrics == nil {
 		missing = append(missing, fmt.Errorf("%w: Metrics is nil", ErrConfig))
 	}
+	for _, rt := range cfg.Routes {
+		if rt.Delivery == AsyncDelivery && cfg.Queue == nil {
+			missing = append(missing, fmt.Errorf("%w: Queue is nil, and route %s is async", ErrConfig, rt.Path))
+			break
+		}
+	}
 	if err := errors.Join(missing...); err != nil {
 		return nil, err
 	}
@@ -133,6 +155,12 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.InflightStatus == 0 {
 		cfg.InflightStatus = http.StatusConflict
+	}
+	if cfg.AsyncStatus == 0 {
+		cfg.AsyncStatus = http.StatusAccepted
+	}
+	if cfg.Enqueued == nil {
+		cfg.Enqueued = func() {}
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()

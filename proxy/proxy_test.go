@@ -111,11 +111,18 @@ func newWrappedFixture(t *testing.T, routes string, cfg proxy.Config, wrap func(
 	cfg.Metrics = proxy.NewMetrics(reg)
 	for _, entry := range strings.Split(routes, ",") {
 		path, spec, _ := strings.Cut(entry, "=")
+		spec, mode, _ := strings.Cut(spec, ";")
+		var delivery proxy.DeliveryMode
+		if mode != "" {
+			if err := delivery.UnmarshalText([]byte(mode)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		src, err := providers.ParseSource(path, spec, providers.Options{})
 		if err != nil {
 			t.Fatalf("ParseSource(%q, %q): %v", path, spec, err)
 		}
-		cfg.Routes = append(cfg.Routes, proxy.Route{Path: path, Source: src})
+		cfg.Routes = append(cfg.Routes, proxy.Route{Path: path, Source: src, Delivery: delivery})
 	}
 	h := newHandler(t, cfg)
 	var served http.Handler = h

@@ -19,6 +19,9 @@ type Route struct {
 	// routePath), without regard to ASCII case.
 	Path   string
 	Source *providers.Source
+	// Delivery is how the route's first-seen webhooks reach the app. If
+	// zero, SyncDelivery.
+	Delivery DeliveryMode
 }
 
 // routeTable finds the longest matching prefix. Routes are few, so a sorted

@@ -72,7 +72,8 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 	if res, refused := h.dropsCheckedHeader(w, r, wh); refused {
 		return res
 	}
-	if wh.ext.NeedsBody || h.cfg.BodyFingerprint {
+	// An async route keeps the whole body for its background delivery.
+	if wh.ext.NeedsBody || h.cfg.BodyFingerprint || wh.route.Delivery == AsyncDelivery {
 		buf, err := h.readBody(w, r)
 		defer h.putBody(buf)
 		if err != nil {
@@ -112,6 +113,9 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 		if res, answered := h.seenBody(w, r, wh); answered {
 			return res
 		}
+	}
+	if wh.route.Delivery == AsyncDelivery {
+		return h.accept(w, r, wh)
 	}
 	return h.claimAndForward(w, r, wh)
 }

@@ -204,6 +204,19 @@ func TestDashboardQueriesNameExportedMetrics(t *testing.T) {
 	px.awaitMetric(t, "webhook_dedup_store_errors_total", nil, 1)
 	fams := px.metrics(t)
 
+	// The async delivery metrics, from a proxy delivering in the
+	// background: one event that succeeds after a failed attempt.
+	asyncApp := newUpstream(t)
+	asyncApp.FailWhen(func(_ string, attempt int) bool { return attempt == 1 })
+	apx := startProxy(t, asyncEnv(asyncApp.URL, map[string]string{"DATA_DIR": t.TempDir()}))
+	expect(t, "async delivery", mustSend(t, ctx, client, apx, stripe, stripe.Event(2)), 202, "queued")
+	apx.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, 1)
+	for name, fam := range apx.metrics(t) {
+		if _, ok := fams[name]; !ok {
+			fams[name] = fam
+		}
+	}
+
 	onDashboard := map[string]bool{}
 	for _, q := range queries {
 		names := metricNames(q.expr)

@@ -80,58 +80,25 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, conc
 
 	start := time.Now()
 	var (
-		wg     sync.WaitGroup
 		mu     sync.Mutex
 		failed []string
 		okBy   = map[string]int{} // the X-Webhook-Dedup of each copy's final 2xx
 	)
-	slots := make(chan struct{}, concurrent)
-	for _, d := range deliveries {
-		slots <- struct{}{}
-		var copiesDone sync.WaitGroup
-		for c := range d.copies {
-			wg.Add(1)
-			copiesDone.Add(1)
-			go func() {
-				defer wg.Done()
-				defer copiesDone.Done()
-				// Copies leave the provider a few milliseconds apart.
-				stagger := time.NewTimer(time.Duration(draw(runSeed+3, d.ev.ID, c)%10) * time.Millisecond)
-				<-stagger.C
-				a, err := s.deliver(ctx, d.p, d.ev)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					failed = append(failed, err.Error())
-					return
-				}
-				okBy[a.Dedup()]++
-			}()
+	sendPlanned(ctx, s, deliveries, concurrent, func(a answer, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed = append(failed, err.Error())
+			return
 		}
-		go func() {
-			copiesDone.Wait()
-			<-slots
-		}()
-	}
-	wg.Wait()
+		okBy[a.Dedup()]++
+	})
 	elapsed := time.Since(start)
 
 	for _, f := range failed {
 		t.Errorf("lost delivery: %s", f)
 	}
-	effects := app.EffectsSnapshot()
-	total := 0
-	for _, d := range deliveries {
-		k := key(d.p, d.ev.ID)
-		if got := effects[k]; got != 1 {
-			t.Errorf("%s took effect %d times (delivered %d times), want exactly once", k, got, d.copies)
-		}
-		total += effects[k]
-		delete(effects, k)
-	}
-	for k, n := range effects {
-		t.Errorf("the app processed %s (%d times), which no provider sent", k, n)
-	}
+	total := checkOnceEach(t, app, deliveries)
 	tl := s.tally
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -165,6 +132,56 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, conc
 		store, runEvents, copies, tl.requests, tl.outcomes["duplicate"], tl.outcomes["in-flight"], app.Failures(), perEvent, elapsed.Round(time.Millisecond))
 	t.Logf("%s; answers by X-Webhook-Dedup %v, by status %v, connection errors %d", summary, tl.outcomes, tl.statuses, tl.errors)
 	fmt.Println(summary)
+}
+
+// checkOnceEach checks that every planned event took effect at the app
+// exactly once, and nothing else did, and returns the effects counted.
+func checkOnceEach(t *testing.T, app *upstream, deliveries []delivery) int {
+	t.Helper()
+	effects := app.EffectsSnapshot()
+	total := 0
+	for _, d := range deliveries {
+		k := key(d.p, d.ev.ID)
+		if got := effects[k]; got != 1 {
+			t.Errorf("%s took effect %d times (delivered %d times), want exactly once", k, got, d.copies)
+		}
+		total += effects[k]
+		delete(effects, k)
+	}
+	for k, n := range effects {
+		t.Errorf("the app processed %s (%d times), which no provider sent", k, n)
+	}
+	return total
+}
+
+// sendPlanned delivers every planned event's copies through s, at most
+// concurrent events at once, the copies of one a few milliseconds apart
+// (as they leave a provider), and hands each copy's final answer to done,
+// which may be called from several goroutines at once.
+func sendPlanned(ctx context.Context, s *sender, deliveries []delivery, concurrent int, done func(answer, error)) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, concurrent)
+	for _, d := range deliveries {
+		slots <- struct{}{}
+		var copiesDone sync.WaitGroup
+		for c := range d.copies {
+			wg.Add(1)
+			copiesDone.Add(1)
+			go func() {
+				defer wg.Done()
+				defer copiesDone.Done()
+				stagger := time.NewTimer(time.Duration(draw(runSeed+3, d.ev.ID, c)%10) * time.Millisecond)
+				<-stagger.C
+				a, err := s.deliver(ctx, d.p, d.ev)
+				done(a, err)
+			}()
+		}
+		go func() {
+			copiesDone.Wait()
+			<-slots
+		}()
+	}
+	wg.Wait()
 }
 
 // requestsByOutcome sums webhook_dedup_requests_total by its outcome label,

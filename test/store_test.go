@@ -49,7 +49,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	srv.Start()
 	// go-redis stops dialing a server that refused PoolSize dials and probes
 	// it once a second, so the proxy resumes within about a second of Redis
-	// answering (README: "Redis is down"). The sender retries 503s meanwhile.
+	// answering (docs/operations.md runbook: "Redis is down"). The sender retries 503s meanwhile.
 	ev := acme.Event(2)
 	deadline := time.Now().Add(recoveryDeadline)
 	var first answer

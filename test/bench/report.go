@@ -173,7 +173,49 @@ func report(w io.Writer, o options, m machine, configs []config, results map[str
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Latencies in ms. Added p50 is over the upstream alone, at one connection, in the same repeat. Proxy CPU is user+system time of the process wrk talks to (the upstream itself in the first row; master and worker for nginx) during the 32-connection run; core CPU adds the upstream's and Redis's, all on the servers' core. Peak RSS is the proxy's VmHWM, the highest over the repeats. Ratios are medians of the per-repeat ratios: of requests/s, and in the last column of requests per core-second (the inverse of core CPU), which other work on a shared machine disturbs far less.")
 	fmt.Fprintln(w)
+	asyncTable(w, rows)
 	targets(w, rows)
+}
+
+// asyncTable puts the async rows beside their sync counterparts: the
+// sender's answer time and the events accepted per second behind a slow
+// app, and the accept path's throughput and CPU per request on a fast one.
+func asyncTable(w io.Writer, rows []row) {
+	find := func(name string) *row {
+		for i := range rows {
+			if rows[i].c.name == name && rows[i].repeats > 0 {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	pairs := []struct{ what, sync, async string }{
+		{"slow app (200 ms), Redis", "webhook-dedup, Redis, unique JSON, slow app (200 ms)", "webhook-dedup, Redis, unique JSON, slow app (200 ms), async"},
+		{"slow app (200 ms), async on DATA_DIR", "webhook-dedup, Redis, unique JSON, slow app (200 ms)", "webhook-dedup, DATA_DIR, unique JSON, slow app (200 ms), async"},
+		{"fast app, Redis", "webhook-dedup, Redis, unique JSON", "webhook-dedup, Redis, unique JSON, async"},
+		{"fast app, DATA_DIR", "webhook-dedup, DATA_DIR, unique JSON", "webhook-dedup, DATA_DIR, unique JSON, async"},
+	}
+	var lines []string
+	for _, p := range pairs {
+		sr, ar := find(p.sync), find(p.async)
+		if sr == nil || ar == nil {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %s / %s | %s / %s | %.2f× | %.3f / %.3f |",
+			p.what, ms(median(sr.p50)), ms(median(ar.p50)), ms(median(sr.p99)), ms(median(ar.p99)),
+			thousands(median(sr.rps)), thousands(median(ar.rps)), median(ar.rps)/median(sr.rps), median(sr.cpu), median(ar.cpu)))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "| async delivery (sync / async) | sender p50 ms | sender p99 ms | accepted events/s | async × sync | proxy CPU s/10k req |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "At 32 connections. Async answers 202 once the event is queued; the background deliveries (at most DELIVERY_CONCURRENCY=16 at once) run during the measurement, so their CPU is in the proxy's. Redis runs without persistence here, as in every row.")
+	fmt.Fprintln(w)
 }
 
 // targets compares the rows with the performance targets that

@@ -32,6 +32,9 @@ type config struct {
 	name   string
 	server server
 	redis  bool // webhook-dedup on Redis; false: the embedded store
+	disk   bool // the embedded store on disk (DATA_DIR)
+	async  bool // DELIVERY=async: the sender is answered 202 once queued
+	slow   bool // the app takes slowAppDelay per request
 	load   load
 	// logLevel is webhook-dedup's LOG_LEVEL: info logs one JSON line per
 	// webhook to a file; warn logs none of them.
@@ -62,6 +65,17 @@ func allConfigs(before bool) []config {
 			cs = append(cs, config{name: "webhook-dedup, " + store + ", " + l.String(), server: webhookDedup, redis: redis, load: l, logLevel: "info"})
 		}
 	}
+	// Async delivery: its accept path against the sync path on a fast app,
+	// then a slow app behind sync and async routes (the sender's answer
+	// time, and the events accepted per second).
+	cs = append(cs,
+		config{name: "webhook-dedup, Redis, unique JSON, async", server: webhookDedup, redis: true, async: true, load: uniqueJSON, logLevel: "info"},
+		config{name: "webhook-dedup, DATA_DIR, unique JSON", server: webhookDedup, disk: true, load: uniqueJSON, logLevel: "info"},
+		config{name: "webhook-dedup, DATA_DIR, unique JSON, async", server: webhookDedup, disk: true, async: true, load: uniqueJSON, logLevel: "info"},
+		config{name: "webhook-dedup, Redis, unique JSON, slow app (200 ms)", server: webhookDedup, redis: true, slow: true, load: uniqueJSON, logLevel: "info"},
+		config{name: "webhook-dedup, Redis, unique JSON, slow app (200 ms), async", server: webhookDedup, redis: true, slow: true, async: true, load: uniqueJSON, logLevel: "info"},
+		config{name: "webhook-dedup, DATA_DIR, unique JSON, slow app (200 ms), async", server: webhookDedup, disk: true, slow: true, async: true, load: uniqueJSON, logLevel: "info"},
+	)
 	// What the per-webhook log line costs.
 	cs = append(cs, config{name: "webhook-dedup, Redis, unique JSON, LOG_LEVEL=warn", server: webhookDedup, redis: true, load: uniqueJSON, logLevel: "warn"})
 	if before {
@@ -157,7 +171,11 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	if err != nil {
 		return res, err
 	}
-	up, err := start("upstream", baseEnv, b.self, "upstream", "-listen", upAddr)
+	upArgs := []string{b.self, "upstream", "-listen", upAddr}
+	if c.slow {
+		upArgs = append(upArgs, "-delay", slowAppDelay.String())
+	}
+	up, err := start("upstream", baseEnv, upArgs...)
 	if err != nil {
 		return res, err
 	}
@@ -221,6 +239,12 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 				return res, err
 			}
 			env = append(env, "REDIS_URL=redis://"+redisAddr)
+		}
+		if c.disk {
+			env = append(env, "DATA_DIR="+filepath.Join(dir, "data"))
+		}
+		if c.async {
+			env = append(env, "DELIVERY=async")
 		}
 		if addr, err = freeAddr(); err != nil {
 			return res, err
@@ -295,6 +319,9 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	}
 	return res, err
 }
+
+// slowAppDelay is how long the slow app takes per request.
+const slowAppDelay = 200 * time.Millisecond
 
 // usages reads each process's usage; a nil process reads as zero.
 func usages(ps ...*proc) ([]usage, error) {

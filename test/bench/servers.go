@@ -19,6 +19,7 @@ import (
 func runUpstream(args []string) error {
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
+	delay := fs.Duration("delay", 0, "how long the app works on each request (a slow app)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -26,6 +27,15 @@ func runUpstream(args []string) error {
 	return serve(*listen, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.Copy(io.Discard, r.Body); err != nil {
 			return
+		}
+		if *delay > 0 {
+			t := time.NewTimer(*delay)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
 		}
 		w.Header()["Content-Type"] = []string{"text/plain"}
 		_, _ = w.Write(ok)

@@ -1,0 +1,243 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
+)
+
+// HeaderAttempt tells the app which attempt this is: 1 for the first.
+const HeaderAttempt = "X-Webhook-Dedup-Attempt"
+
+// Results of an attempt: the result label of webhook_dedup_deliveries_total.
+const (
+	resultSucceeded    = "succeeded"
+	resultRetry        = "retry"
+	resultDeadLettered = "dead-lettered"
+)
+
+// forwarder sends a queued request to the upstream through the proxy's own
+// Rewrite, so the app receives what a sync route would have forwarded.
+type forwarder struct {
+	reverse *httputil.ReverseProxy
+}
+
+func newForwarder(upstream *url.URL, transport http.RoundTripper, log *zap.Logger) *forwarder {
+	return &forwarder{reverse: &httputil.ReverseProxy{
+		Rewrite:   proxy.Rewrite(upstream),
+		Transport: transport,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			w.(*outcome).err = err
+		},
+		ErrorLog: zap.NewStdLog(log.Named("reverseproxy")),
+	}}
+}
+
+// outcome is the app's answer to one attempt: the http.ResponseWriter the
+// ReverseProxy relays it into. The body is read and dropped.
+type outcome struct {
+	header http.Header
+	status int
+	err    error
+}
+
+func (o *outcome) Header() http.Header { return o.header }
+func (o *outcome) WriteHeader(code int) {
+	if o.status == 0 && code >= 200 {
+		o.status = code
+	}
+}
+func (o *outcome) Write(p []byte) (int, error) {
+	if o.status == 0 {
+		o.status = http.StatusOK
+	}
+	return len(p), nil
+}
+
+// send forwards req and returns the app's answer. A body that breaks off
+// after the status arrived leaves the status standing (a sync route would
+// have settled on it too).
+func (f *forwarder) send(ctx context.Context, req *http.Request) (o *outcome) {
+	o = &outcome{header: http.Header{}}
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			if o.status == 0 {
+				o.err = errors.New("delivery: the app's answer broke off")
+			}
+		}
+	}()
+	f.reverse.ServeHTTP(o, req.WithContext(ctx))
+	return o
+}
+
+// inbound rebuilds the request as the proxy received it.
+func inbound(req dedup.Request, attempt int) (*http.Request, error) {
+	u, err := url.ParseRequestURI(req.RequestURI)
+	if err != nil {
+		return nil, fmt.Errorf("delivery: the queued request's URI %q: %w", req.RequestURI, err)
+	}
+	r := &http.Request{
+		Method:        req.Method,
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        req.Header.Clone(),
+		Body:          http.NoBody,
+		ContentLength: int64(len(req.Body)),
+		Host:          req.Host,
+		RemoteAddr:    req.RemoteAddr,
+		RequestURI:    req.RequestURI,
+	}
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+	if len(req.Body) > 0 {
+		r.Body = io.NopCloser(bytes.NewReader(req.Body))
+	}
+	if req.TLS {
+		r.TLS = &tls.ConnectionState{} // only its presence matters: X-Forwarded-Proto https
+	}
+	r.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
+	return r, nil
+}
+
+// attempt delivers d once and settles it.
+func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
+	start := w.cfg.Now()
+	fields := []zap.Field{zap.String("event", d.Claim.Key), zap.Int("attempt", d.Attempt)}
+	route, ttl := "", time.Duration(0)
+	var o *outcome
+	req, err := inbound(d.Request, d.Attempt)
+	if err != nil {
+		o = &outcome{err: err}
+	} else {
+		route, ttl = w.cfg.Settlement(req)
+		actx, cancel := context.WithTimeout(ctx, w.cfg.UpstreamTimeout)
+		o = w.forward.send(actx, req)
+		cancel()
+	}
+	now := w.cfg.Now()
+	fields = append(fields, zap.String("route", route), zap.Int("app_status", o.status), zap.Duration("duration", now.Sub(start)))
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
+	defer cancel()
+	if o.err == nil && o.status >= 200 && o.status <= 299 {
+		if ttl <= 0 {
+			ttl = w.cfg.DefaultTTL
+		}
+		res := dedup.Result{Status: o.status, Fingerprint: sha256.Sum256(d.Request.Body)}
+		err := w.cfg.Queue.Succeed(sctx, d, res, ttl)
+		w.cfg.Metrics.delivered(route, resultSucceeded, d.Attempt)
+		w.settled(append(fields, zap.String("result", resultSucceeded)), "delivered", err)
+		return
+	}
+
+	reason := ""
+	switch {
+	case ctx.Err() != nil:
+		reason = errAbandoned.Error()
+	case o.err != nil:
+		reason = o.err.Error()
+	default:
+		reason = "the app answered " + strconv.Itoa(o.status)
+	}
+	fields = append(fields, zap.String("reason", reason))
+	if ctx.Err() != nil {
+		// Shutdown: the event goes back, due at once for the next process.
+		err := w.cfg.Queue.Retry(sctx, d, now, o.status, reason)
+		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
+		return
+	}
+	if d.Attempt >= w.cfg.MaxAttempts || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
+		err := w.cfg.Queue.Fail(sctx, d, o.status, reason, w.cfg.DeadLetterTTL)
+		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
+		fields = append(fields, zap.String("result", resultDeadLettered), zap.Duration("kept", w.cfg.DeadLetterTTL))
+		if err == nil {
+			w.log.Error("delivery failed for the last time: dead-lettered (retry it with POST /v1/events/{namespace}/{id}/retry)", fields...)
+			return
+		}
+		w.settled(fields, "", err)
+		return
+	}
+	next := now.Add(w.backoff(d.Attempt, o))
+	err = w.cfg.Queue.Retry(sctx, d, next, o.status, reason)
+	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
+	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)
+}
+
+// settled logs an attempt's line, or the failure to record its outcome.
+func (w *Workers) settled(fields []zap.Field, msg string, err error) {
+	switch {
+	case errors.Is(err, dedup.ErrNotOwner):
+		w.log.Warn("delivery attempt ended after its lease ran out and another worker took the event over: the app may see it twice", fields...)
+	case err != nil:
+		w.log.Error("recording a delivery attempt's outcome failed: the event is delivered again once its lease runs out", append(fields, zap.Error(err))...)
+	default:
+		w.log.Info(msg, fields...)
+	}
+}
+
+// backoff is how long to wait after the attempt-th attempt failed with o:
+// full jitter over an exponentially growing ceiling, and no less than a
+// Retry-After the app sent with a 429 or a 503, all within MaxInterval.
+func (w *Workers) backoff(attempt int, o *outcome) time.Duration {
+	ceiling := w.cfg.MaxInterval
+	if shift := attempt - 1; shift < 62 {
+		if c := w.cfg.InitialInterval << shift; c > 0 && c < ceiling && c>>shift == w.cfg.InitialInterval {
+			ceiling = c
+		}
+	}
+	d := w.cfg.Jitter(ceiling)
+	if o.status == http.StatusTooManyRequests || o.status == http.StatusServiceUnavailable {
+		if ra, ok := retryAfter(o.header.Get("Retry-After"), w.cfg.Now()); ok {
+			d = max(d, min(ra, w.cfg.MaxInterval))
+		}
+	}
+	return d
+}
+
+// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		if secs > int64(365*24*time.Hour/time.Second) {
+			secs = int64(365 * 24 * time.Hour / time.Second)
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+func uniformJitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
+}

@@ -1,0 +1,242 @@
+// Package delivery delivers the queued webhooks of async routes to the app
+// in the background: it takes due deliveries from the store's queue,
+// forwards each exactly as a sync route would, and settles it: completed
+// on a 2xx, retried later with backoff otherwise, dead-lettered when its
+// attempts or its time run out.
+package delivery
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// Queue is what the workers need of the store's async queue (dedup.Queue).
+type Queue interface {
+	Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error)
+	Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error
+	Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error
+	Fail(ctx context.Context, d dedup.Delivery, status int, reason string, keep time.Duration) error
+}
+
+// Config configures the Workers. Zero values are documented per field.
+type Config struct {
+	// Queue holds the deliveries. Required.
+	Queue Queue
+	// Upstream is the app's base URL. Required.
+	Upstream *url.URL
+	// Transport reaches the upstream. If nil, http.DefaultTransport.
+	Transport http.RoundTripper
+	// Settlement names the route a queued request arrived on (the route
+	// label of the metrics) and how long its completed record is kept
+	// (proxy.Handler.Settlement). If nil, or when it answers a zero TTL,
+	// DefaultTTL is used and the route label is empty.
+	Settlement func(*http.Request) (route string, ttl time.Duration)
+	// DefaultTTL keeps a completed record whose route no longer says how
+	// long. If zero, 72h (the generic sources' retention).
+	DefaultTTL time.Duration
+	// Concurrency is the most attempts at once. If zero, 16.
+	Concurrency int
+	// UpstreamTimeout bounds each attempt. If zero, 30s.
+	UpstreamTimeout time.Duration
+	// Lease is how long a taken delivery is ours before another worker
+	// may take it over; it must exceed UpstreamTimeout. If zero,
+	// UpstreamTimeout + 15s.
+	Lease time.Duration
+	// InitialInterval and MaxInterval bound the backoff: the n-th retry
+	// waits a random time up to InitialInterval·2ⁿ⁻¹, at most
+	// MaxInterval. If zero, 1s and 10m.
+	InitialInterval, MaxInterval time.Duration
+	// MaxAttempts dead-letters an event after that many attempts, the
+	// first included. If zero, 25.
+	MaxAttempts int
+	// MaxAge dead-letters an event still failing that long after it was
+	// accepted. If zero, 72h.
+	MaxAge time.Duration
+	// DeadLetterTTL is how long a dead letter is kept. If zero, 168h.
+	DeadLetterTTL time.Duration
+	// PollInterval is how often an idle worker pool looks for due
+	// deliveries; Nudge makes it look at once. If zero, 200ms.
+	PollInterval time.Duration
+	// ShutdownTimeout is how long running attempts may go on once Run's
+	// context is done; then they are cancelled and given back to the
+	// queue. If zero, 25s.
+	ShutdownTimeout time.Duration
+	// StoreTimeout bounds each settling store call. If zero, 5s.
+	StoreTimeout time.Duration
+	// Logger logs one line per attempt. If nil, nothing is logged.
+	Logger *zap.Logger
+	// Metrics are updated per attempt. If nil, none are kept.
+	Metrics *Metrics
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+	// Jitter returns a random duration in [0, d]. If nil, uniform.
+	Jitter func(d time.Duration) time.Duration
+}
+
+// Workers deliver the queue's events. Run them once; Nudge from anywhere.
+type Workers struct {
+	cfg     Config
+	log     *zap.Logger
+	forward *forwarder
+	nudge   chan struct{}
+	freed   chan struct{}
+}
+
+// New returns the Workers for cfg.
+func New(cfg Config) *Workers {
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = 72 * time.Hour
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.UpstreamTimeout == 0 {
+		cfg.UpstreamTimeout = 30 * time.Second
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = cfg.UpstreamTimeout + 15*time.Second
+	}
+	if cfg.InitialInterval == 0 {
+		cfg.InitialInterval = time.Second
+	}
+	if cfg.MaxInterval == 0 {
+		cfg.MaxInterval = 10 * time.Minute
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 25
+	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = 72 * time.Hour
+	}
+	if cfg.DeadLetterTTL == 0 {
+		cfg.DeadLetterTTL = 168 * time.Hour
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 200 * time.Millisecond
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 25 * time.Second
+	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = 5 * time.Second
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport
+	}
+	if cfg.Settlement == nil {
+		cfg.Settlement = func(*http.Request) (string, time.Duration) { return "", 0 }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Jitter == nil {
+		cfg.Jitter = uniformJitter
+	}
+	return &Workers{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		forward: newForwarder(cfg.Upstream, cfg.Transport, cfg.Logger),
+		nudge:   make(chan struct{}, 1),
+		freed:   make(chan struct{}, 1),
+	}
+}
+
+// Nudge tells the workers that an event was just queued, so they look for
+// it now rather than at their next poll. It never blocks.
+func (w *Workers) Nudge() { signal(w.nudge) }
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx is done. Then it takes nothing more, lets the
+// running attempts finish for up to ShutdownTimeout, cancels those still
+// running (their events go back to the queue, due at once) and returns.
+// Everything not taken stays queued for the next process.
+func (w *Workers) Run(ctx context.Context) error {
+	// Attempts outlive ctx: a SIGTERM stops the taking, not the
+	// attempts under way.
+	attemptCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	var running sync.WaitGroup
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
+	failing := false // the store is failing: log the first error only
+
+	for ctx.Err() == nil {
+		free := cap(slots) - len(slots)
+		if free == 0 {
+			select {
+			case <-ctx.Done():
+			case <-w.freed:
+			}
+			continue
+		}
+		ds, err := w.cfg.Queue.Take(ctx, free, w.cfg.Lease)
+		if err != nil && ctx.Err() == nil && !failing {
+			w.log.Error("taking queued deliveries failed: retrying at every poll", zap.Error(err))
+		}
+		if err == nil && failing {
+			w.log.Info("taking queued deliveries works again")
+		}
+		failing = err != nil
+		for _, d := range ds {
+			slots <- struct{}{}
+			running.Add(1)
+			go func() {
+				defer func() {
+					<-slots
+					signal(w.freed)
+					running.Done()
+				}()
+				w.attempt(attemptCtx, d)
+			}()
+		}
+		if err == nil && len(ds) == free {
+			continue // more may be due
+		}
+		poll.Reset(w.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-w.nudge:
+		case <-poll.C:
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { running.Wait(); close(done) }()
+	t := time.NewTimer(w.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+	}
+	w.log.Warn("deliveries still running at the end of SHUTDOWN_TIMEOUT: cancelling them; they stay queued and are delivered again")
+	abandon()
+	// Each cancelled attempt now gives its event back (one store call).
+	t.Reset(w.cfg.StoreTimeout + time.Second)
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	return nil
+}
+
+// errAbandoned is the reason noted for an attempt cancelled by shutdown.
+var errAbandoned = errors.New("delivery: attempt cancelled by shutdown")

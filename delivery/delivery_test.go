@@ -1,0 +1,394 @@
+package delivery
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// app is the upstream: it records what it received and answers as told.
+type app struct {
+	*httptest.Server
+	mu       sync.Mutex
+	received []received
+	answer   func(attempt string) (status int, retryAfter string)
+	hold     chan struct{} // nil: answer at once
+	inside   atomic.Int32
+	most     atomic.Int32
+}
+
+type received struct {
+	method, uri, host string
+	header            http.Header
+	body              []byte
+}
+
+func newApp(t *testing.T, answer func(attempt string) (int, string)) *app {
+	a := &app{answer: answer}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := a.inside.Add(1)
+		defer a.inside.Add(-1)
+		for {
+			m := a.most.Load()
+			if n <= m || a.most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		body, _ := io.ReadAll(r.Body)
+		a.mu.Lock()
+		a.received = append(a.received, received{r.Method, r.RequestURI, r.Host, r.Header.Clone(), body})
+		hold := a.hold
+		a.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		status, ra := http.StatusOK, ""
+		if a.answer != nil {
+			status, ra = a.answer(r.Header.Get(HeaderAttempt))
+		}
+		if ra != "" {
+			w.Header().Set("Retry-After", ra)
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(a.Close)
+	return a
+}
+
+func (a *app) requests() []received {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]received(nil), a.received...)
+}
+
+// run starts the workers on q until the test ends (or stop is called).
+func run(t *testing.T, cfg Config) (stop func()) {
+	t.Helper()
+	w := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// await polls cond until it holds, failing the test after 10 s.
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func webhookRequest(body string) dedup.Request {
+	return dedup.Request{
+		Method:     http.MethodPost,
+		RequestURI: "/hooks/gh?x=1&y=%2F",
+		Host:       "hooks.example.com",
+		Header: http.Header{
+			"Content-Type":      {"application/json"},
+			"X-Github-Delivery": {"d-1"},
+			"X-Forwarded-For":   {"203.0.113.7"},
+			"X-Custom":          {"a", "b"},
+		},
+		RemoteAddr: "10.0.0.9:51234",
+		TLS:        true,
+		Body:       []byte(body),
+	}
+}
+
+// TestForwardedAsReceived: the app gets the queued request as a sync route
+// would have forwarded it, plus the attempt number, and a 2xx completes
+// the event with the route's TTL and the body's fingerprint.
+func TestForwardedAsReceived(t *testing.T) {
+	a := newApp(t, nil)
+	q := newQueue(t)
+	body := `{"id":"evt_1","n":1}`
+	q.enqueue(t, "k1", webhookRequest(body))
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Settlement: func(r *http.Request) (string, time.Duration) {
+		if r.URL.Path != "/hooks/gh" {
+			t.Errorf("settlement asked about %q", r.URL.Path)
+		}
+		return "/hooks", 96 * time.Hour
+	}})
+	await(t, "completion", func() bool { return q.record(t, "k1").State == dedup.Completed })
+
+	reqs := a.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("app received %d requests, want 1", len(reqs))
+	}
+	r := reqs[0]
+	if r.method != "POST" || r.uri != "/hooks/gh?x=1&y=%2F" || r.host != "hooks.example.com" || string(r.body) != body {
+		t.Errorf("app received %s %s Host %s body %q", r.method, r.uri, r.host, r.body)
+	}
+	for name, want := range map[string]string{
+		"X-Forwarded-For":   "203.0.113.7, 10.0.0.9",
+		"X-Forwarded-Host":  "hooks.example.com",
+		"X-Forwarded-Proto": "https",
+		"X-Github-Delivery": "d-1",
+		"Content-Type":      "application/json",
+		HeaderAttempt:       "1",
+	} {
+		if got := r.header.Get(name); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	if got := r.header.Values("X-Custom"); len(got) != 2 {
+		t.Errorf("X-Custom: %q, want both values", got)
+	}
+	rec := q.record(t, "k1")
+	if rec.TTL < 95*time.Hour || rec.TTL > 96*time.Hour || rec.Result.Status != 200 || !rec.Result.SameBody(sha256.Sum256([]byte(body))) {
+		t.Errorf("completed with %+v, ttl %s; want status 200, the body's fingerprint, 96h", rec.Result, rec.TTL)
+	}
+}
+
+// TestRetriedUntilSuccess: failures are retried with the attempt number
+// rising, and the event completes on the first 2xx.
+func TestRetriedUntilSuccess(t *testing.T) {
+	a := newApp(t, func(attempt string) (int, string) {
+		if attempt == "3" {
+			return http.StatusNoContent, ""
+		}
+		return http.StatusInternalServerError, ""
+	})
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond})
+	await(t, "completion", func() bool { return q.record(t, "k").State == dedup.Completed })
+	reqs := a.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("app received %d attempts, want 3", len(reqs))
+	}
+	for i, r := range reqs {
+		if got, want := r.header.Get(HeaderAttempt), string(rune('1'+i)); got != want {
+			t.Errorf("attempt %d carried %s %q", i+1, HeaderAttempt, got)
+		}
+	}
+	if d := q.record(t, "k").Delivery; d.Attempts != 3 {
+		t.Errorf("completed after %d attempts, want 3", d.Attempts)
+	}
+}
+
+// TestDeadLetteredAfterMaxAttempts: the MaxAttempts-th failure, the first
+// attempt included, dead-letters the event, kept for DeadLetterTTL.
+func TestDeadLetteredAfterMaxAttempts(t *testing.T) {
+	a := newApp(t, func(string) (int, string) { return http.StatusBadGateway, "" })
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Millisecond, MaxInterval: time.Millisecond,
+		MaxAttempts: 4, DeadLetterTTL: 5 * time.Hour})
+	await(t, "dead letter", func() bool { return q.record(t, "k").State == dedup.Failed })
+	rec := q.record(t, "k")
+	if d := rec.Delivery; d.Attempts != 4 || len(a.requests()) != 4 || rec.TTL < 4*time.Hour || rec.TTL > 5*time.Hour ||
+		d.LastStatus != 502 || d.LastError != "the app answered 502" {
+		t.Errorf("dead-lettered as %+v (%d at the app), kept %s; want 4 attempts, 502, 5h", d, len(a.requests()), rec.TTL)
+	}
+	dls, _, err := q.DeadLetters(context.Background(), "", 10)
+	if err != nil || len(dls) != 1 || dls[0].Key != "k" {
+		t.Errorf("dead letters %+v, %v; want k", dls, err)
+	}
+}
+
+// TestDeadLetteredAfterMaxAge: an event accepted longer ago than MaxAge is
+// dead-lettered at its next failure, whatever its attempt count.
+func TestDeadLetteredAfterMaxAge(t *testing.T) {
+	a := newApp(t, func(string) (int, string) { return http.StatusInternalServerError, "" })
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
+	// The workers' clock runs two hours ahead of the store's.
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), MaxAge: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	await(t, "dead letter", func() bool { return q.record(t, "k").State == dedup.Failed })
+	if n := len(a.requests()); n != 1 {
+		t.Errorf("%d attempts before dead-lettering an event past its age, want 1", n)
+	}
+}
+
+// TestUnreachableAppIsRetried: a connection error is a failed attempt.
+func TestUnreachableAppIsRetried(t *testing.T) {
+	a := newApp(t, nil)
+	u := mustURL(t, a.URL)
+	a.Close()
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
+	run(t, Config{Queue: q, Upstream: u, InitialInterval: time.Hour})
+	await(t, "retry", func() bool { return q.record(t, "k").Delivery.LastError != "" })
+	if rec := q.record(t, "k"); rec.Delivery.LastStatus != 0 || rec.State != dedup.Queued || rec.Delivery.NextAttemptAt.IsZero() {
+		t.Errorf("after a connection error: %s %+v; want queued, no status, a next attempt", rec.State, rec.Delivery)
+	}
+}
+
+// TestBackoff: full jitter under a ceiling that doubles from
+// InitialInterval up to MaxInterval; a Retry-After on 429 or 503 sets a
+// floor, itself capped at MaxInterval; on other statuses it is ignored.
+func TestBackoff(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	w := New(Config{InitialInterval: time.Second, MaxInterval: time.Minute, Now: func() time.Time { return now },
+		Jitter: func(d time.Duration) time.Duration { return d }})
+	for _, tc := range []struct {
+		attempt int
+		want    time.Duration
+	}{{1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {6, 32 * time.Second}, {7, time.Minute}, {70, time.Minute}, {1000, time.Minute}} {
+		if got := w.backoff(tc.attempt, &outcome{status: 500, header: http.Header{}}); got != tc.want {
+			t.Errorf("ceiling after attempt %d: %s, want %s", tc.attempt, got, tc.want)
+		}
+	}
+	zero := New(Config{InitialInterval: time.Second, MaxInterval: time.Minute, Now: func() time.Time { return now },
+		Jitter: func(time.Duration) time.Duration { return 0 }})
+	for _, tc := range []struct {
+		status int
+		ra     string
+		want   time.Duration
+	}{
+		{429, "7", 7 * time.Second},
+		{503, "7", 7 * time.Second},
+		{503, now.Add(20 * time.Second).Format(http.TimeFormat), 20 * time.Second},
+		{503, "3600", time.Minute},
+		{500, "7", 0},
+		{429, "soon", 0},
+		{429, "-5", 0},
+	} {
+		o := &outcome{status: tc.status, header: http.Header{"Retry-After": {tc.ra}}}
+		if got := zero.backoff(1, o); got != tc.want {
+			t.Errorf("%d with Retry-After %q: %s, want %s", tc.status, tc.ra, got, tc.want)
+		}
+	}
+	for i := 0; i < 100; i++ {
+		if d := uniformJitter(time.Second); d < 0 || d > time.Second {
+			t.Fatalf("jitter %s outside [0, 1s]", d)
+		}
+	}
+}
+
+// TestRetryAfterHonoured: a 429 with Retry-After schedules the next
+// attempt no sooner than it says.
+func TestRetryAfterHonoured(t *testing.T) {
+	a := newApp(t, func(string) (int, string) { return http.StatusTooManyRequests, "30" })
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
+	before := time.Now()
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Millisecond, MaxInterval: time.Hour})
+	await(t, "retry", func() bool { return q.record(t, "k").Delivery.LastStatus == 429 })
+	// The store keeps due times to the millisecond.
+	if next := q.record(t, "k").Delivery.NextAttemptAt; next.Before(before.Add(30*time.Second - time.Millisecond)) {
+		t.Errorf("next attempt at %s, less than Retry-After's 30s after %s", next, before)
+	}
+}
+
+// TestConcurrencyBound: no more than Concurrency attempts at once, and
+// that many when the queue has the work.
+func TestConcurrencyBound(t *testing.T) {
+	a := newApp(t, nil)
+	a.hold = make(chan struct{})
+	q := newQueue(t)
+	for i := 0; i < 10; i++ {
+		q.enqueue(t, "k"+string(rune('a'+i)), webhookRequest("{}"))
+	}
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 3, PollInterval: time.Millisecond})
+	await(t, "three attempts at the app", func() bool { return a.inside.Load() == 3 })
+	a.mu.Lock()
+	close(a.hold)
+	a.hold = nil
+	a.mu.Unlock()
+	await(t, "all delivered", func() bool { return q.depth(t) == 0 && len(a.requests()) == 10 })
+	if m := a.most.Load(); m != 3 {
+		t.Errorf("at most %d attempts at once at the app, want 3", m)
+	}
+}
+
+// TestNudge: with a poll interval far beyond the test, a nudge makes the
+// workers take an event queued after they found the queue empty.
+func TestNudge(t *testing.T) {
+	a := newApp(t, nil)
+	q := newQueue(t)
+	w := New(Config{Queue: q, Upstream: mustURL(t, a.URL), PollInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-q.takes // the first look, at an empty queue
+	q.enqueue(t, "k", webhookRequest("{}"))
+	w.Nudge()
+	await(t, "delivery after a nudge", func() bool { return q.record(t, "k").State == dedup.Completed })
+}
+
+// TestShutdown: once Run's context is done nothing more is taken; an
+// attempt that finishes within ShutdownTimeout settles; one that does not
+// is cancelled and its event queued again, due at once.
+func TestShutdown(t *testing.T) {
+	t.Run("attempt finishes", func(t *testing.T) {
+		a := newApp(t, nil)
+		a.hold = make(chan struct{})
+		q := newQueue(t)
+		q.enqueue(t, "k1", webhookRequest("{}"))
+		// An hour's poll: k2, queued without a nudge, is never looked for.
+		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: time.Minute, PollInterval: time.Hour})
+		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
+		q.enqueue(t, "k2", webhookRequest("{}"))
+		stopped := make(chan struct{})
+		go func() { stop(); close(stopped) }()
+		close(a.hold) // the app answers while the workers are stopping
+		<-stopped
+		if rec := q.record(t, "k1"); rec.State != dedup.Completed {
+			t.Errorf("running attempt: state %s after shutdown, want completed", rec.State)
+		}
+		if rec := q.record(t, "k2"); rec.State != dedup.Queued || rec.Delivery.Attempts != 0 {
+			t.Errorf("event queued during shutdown: state %s, %d attempts; want queued, untouched", rec.State, rec.Delivery.Attempts)
+		}
+	})
+	t.Run("attempt outlasts the timeout", func(t *testing.T) {
+		a := newApp(t, nil)
+		a.hold = make(chan struct{})
+		t.Cleanup(func() { close(a.hold) })
+		q := newQueue(t)
+		q.enqueue(t, "k", webhookRequest("{}"))
+		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: 20 * time.Millisecond})
+		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
+		stop()
+		rec := q.record(t, "k")
+		if d := rec.Delivery; rec.State != dedup.Queued || d.LastError != errAbandoned.Error() || d.NextAttemptAt.After(time.Now()) {
+			t.Errorf("abandoned attempt: %s %+v; want queued again, due now", rec.State, d)
+		}
+	})
+}
+
+// FuzzRetryAfter: any Retry-After value parses to a delay that is never
+// negative, or to none.
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"", "0", "7", "-1", "3600", "99999999999999999999", "Wed, 21 Oct 2015 07:28:00 GMT", "soon", " 5"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := retryAfter(v, now)
+		if d < 0 || (!ok && d != 0) {
+			t.Fatalf("retryAfter(%q) = %s, %v", v, d, ok)
+		}
+	})
+}

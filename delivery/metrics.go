@@ -1,0 +1,94 @@
+package delivery
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// Metrics are the delivery workers' Prometheus metrics. A nil *Metrics
+// keeps none.
+type Metrics struct {
+	deliveries *prometheus.CounterVec
+	attempts   prometheus.Histogram
+}
+
+// StatsSource is what the queue gauges are read from, at each scrape.
+type StatsSource interface {
+	Stats(ctx context.Context) (dedup.QueueStats, error)
+}
+
+// statsTimeout bounds reading the queue's stats during a scrape.
+const statsTimeout = 2 * time.Second
+
+// NewMetrics creates the metrics and registers them with reg; the queue
+// gauges read stats when scraped. Every replica reports the same shared
+// queue: aggregate them with max, not sum.
+func NewMetrics(reg prometheus.Registerer, stats StatsSource, log *zap.Logger) *Metrics {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	m := &Metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_dedup_deliveries_total",
+			Help: "Background delivery attempts of async routes, by route and result (succeeded, retry, dead-lettered).",
+		}, []string{"route", "result"}),
+		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "webhook_dedup_delivery_attempts",
+			Help:    "Attempts each background delivery took until the app answered 2xx.",
+			Buckets: []float64{1, 2, 3, 4, 5, 8, 13, 25, 50},
+		}),
+	}
+	reg.MustRegister(m.deliveries, m.attempts, &queueCollector{stats: stats, log: log})
+	return m
+}
+
+func (m *Metrics) delivered(route, result string, attempt int) {
+	if m == nil {
+		return
+	}
+	m.deliveries.WithLabelValues(route, result).Inc()
+	if result == resultSucceeded {
+		m.attempts.Observe(float64(attempt))
+	}
+}
+
+var (
+	depthDesc = prometheus.NewDesc("webhook_dedup_queue_depth",
+		"Async events queued or waiting for a retry (not those being delivered, not dead letters).", nil, nil)
+	oldestDesc = prometheus.NewDesc("webhook_dedup_queue_oldest_age_seconds",
+		"Age of the oldest event queued or waiting for a retry; 0 when none.", nil, nil)
+	deadDesc = prometheus.NewDesc("webhook_dedup_dead_letters",
+		"Dead-lettered events kept (their attempts ran out).", nil, nil)
+)
+
+// queueCollector reports the queue's stats at each scrape. When the store
+// does not answer, the gauges are left out of that scrape rather than
+// reported as zero, which would read as an empty queue.
+type queueCollector struct {
+	stats StatsSource
+	log   *zap.Logger
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- depthDesc
+	ch <- oldestDesc
+	ch <- deadDesc
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+	defer cancel()
+	st, err := c.stats.Stats(ctx)
+	if err != nil {
+		c.log.Warn("reading the queue's stats for /metrics failed", zap.Error(err))
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(st.Depth))
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(st.DeadLetters))
+}

@@ -1,0 +1,60 @@
+package delivery
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// diskQueue is the embedded store on disk (a real queue, in a fresh
+// directory) that tells the test of every Take.
+type diskQueue struct {
+	*dedup.Disk
+	takes chan int // receives n of every Take, if there is room
+}
+
+func newQueue(t *testing.T) *diskQueue {
+	t.Helper()
+	d, err := dedup.OpenDisk(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return &diskQueue{Disk: d, takes: make(chan int, 1024)}
+}
+
+func (q *diskQueue) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	select {
+	case q.takes <- n:
+	default:
+	}
+	return q.Disk.Take(ctx, n, lease)
+}
+
+func (q *diskQueue) enqueue(t *testing.T, key string, req dedup.Request) {
+	t.Helper()
+	if ok, rec, err := q.Enqueue(context.Background(), key, req); err != nil || !ok {
+		t.Fatalf("enqueue %s: %v, %+v, %v", key, ok, rec, err)
+	}
+}
+
+// record is key's record; the zero Record (Absent) if there is none.
+func (q *diskQueue) record(t *testing.T, key string) dedup.Record {
+	t.Helper()
+	rec, err := q.Lookup(context.Background(), key)
+	if err != nil && err != dedup.ErrNotFound {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func (q *diskQueue) depth(t *testing.T) int {
+	t.Helper()
+	st, err := q.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Depth
+}

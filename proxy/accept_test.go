@@ -1,0 +1,182 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
+)
+
+// queueStore is the embedded store on disk, whose Enqueue can be made to
+// fail as a store's does during an outage.
+type queueStore struct {
+	*dedup.Disk
+	down atomic.Bool
+}
+
+func newQueueStore(t *testing.T) *queueStore {
+	d, err := dedup.OpenDisk(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return &queueStore{Disk: d}
+}
+
+func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+	if q.down.Load() {
+		return false, dedup.Record{}, errors.New("fake: connection refused")
+	}
+	return q.Disk.Enqueue(ctx, key, req)
+}
+
+// request is the request queued under key, as a worker takes it.
+func (q *queueStore) request(t *testing.T, key string) (dedup.Request, bool) {
+	t.Helper()
+	ds, err := q.Take(context.Background(), 100, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.Claim.Key == key {
+			return d.Request, true
+		}
+	}
+	return dedup.Request{}, false
+}
+
+// TestAsyncAccept: a first-seen webhook on an async route is queued and
+// answered 202 queued without reaching the app; its request is kept whole
+// (a header-sourced route reads the body too); copies are duplicates.
+func TestAsyncAccept(t *testing.T) {
+	q := newQueueStore(t)
+	var nudges atomic.Int32
+	f := newFixture(t, "/hooks=header:X-Id;async,/sync=header:X-Id", proxy.Config{Store: q, Queue: q, Enqueued: func() { nudges.Add(1) }})
+	body := strings.Repeat("payload ", 100)
+	resp := f.post(t, "/hooks/a?x=1", map[string]string{"X-Id": "e1", "X-Extra": "v"}, body)
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(proxy.HeaderOutcome) != "queued" {
+		t.Fatalf("first copy: %d %q, want 202 queued", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+	var ans map[string]string
+	if err := json.Unmarshal([]byte(readAll(t, resp)), &ans); err != nil || ans["status"] != "queued" || ans["event_id"] != "e1" {
+		t.Errorf("first copy's body: %v %v", ans, err)
+	}
+	if n := f.up.calls.Load(); n != 0 {
+		t.Errorf("the app was called %d times by the accept path", n)
+	}
+	if n := nudges.Load(); n != 1 {
+		t.Errorf("Enqueued called %d times, want 1", n)
+	}
+	req, ok := q.request(t, "test:/hooks:e1")
+	if !ok {
+		t.Fatal("nothing queued under test:/hooks:e1")
+	}
+	if req.Method != "POST" || req.RequestURI != "/hooks/a?x=1" || req.Host == "" || req.Header.Get("X-Extra") != "v" ||
+		string(req.Body) != body || req.RemoteAddr == "" || req.TLS {
+		t.Errorf("queued %+v", req)
+	}
+	for i := 0; i < 2; i++ {
+		dup := f.post(t, "/hooks/a", map[string]string{"X-Id": "e1"}, "other")
+		if dup.StatusCode != 200 || dup.Header.Get(proxy.HeaderOutcome) != "duplicate" {
+			t.Errorf("copy %d: %d %q, want 200 duplicate", i+2, dup.StatusCode, dup.Header.Get(proxy.HeaderOutcome))
+		}
+	}
+	if n := nudges.Load(); n != 1 {
+		t.Errorf("Enqueued called %d times after duplicates, want 1", n)
+	}
+	if got := f.counter(t, "webhook_dedup_requests_total", "outcome", "queued"); got != 1 {
+		t.Errorf("requests_total{outcome=queued} = %v, want 1", got)
+	}
+	// The sync route beside it still forwards.
+	if resp := f.post(t, "/sync", map[string]string{"X-Id": "e1"}, "x"); resp.Header.Get(proxy.HeaderOutcome) != "forwarded" {
+		t.Errorf("sync route: %q, want forwarded", resp.Header.Get(proxy.HeaderOutcome))
+	}
+}
+
+// TestAsyncStatus200: ASYNC_STATUS=200 answers queued events with 200.
+func TestAsyncStatus200(t *testing.T) {
+	q := newQueueStore(t)
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q, AsyncStatus: 200})
+	resp := f.post(t, "/hooks", map[string]string{"X-Id": "e1"}, "{}")
+	if resp.StatusCode != 200 || resp.Header.Get(proxy.HeaderOutcome) != "queued" {
+		t.Fatalf("%d %q, want 200 queued", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+}
+
+// TestAsyncDuplicateOfSyncInFlight: an event a sync delivery holds (the
+// route just turned async) is answered in flight, not queued twice.
+func TestAsyncDuplicateOfSyncInFlight(t *testing.T) {
+	q := newQueueStore(t)
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q})
+	if _, _, err := q.Claim(context.Background(), "test:/hooks:e1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	resp := f.post(t, "/hooks", map[string]string{"X-Id": "e1"}, "{}")
+	if resp.StatusCode != http.StatusConflict || resp.Header.Get(proxy.HeaderOutcome) != "in-flight" {
+		t.Fatalf("%d %q, want 409 in-flight", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+}
+
+// TestAsyncStoreDown: the store failing answers 503 and queues nothing;
+// with ON_STORE_ERROR=forward the webhook is forwarded unchecked at once.
+func TestAsyncStoreDown(t *testing.T) {
+	q := newQueueStore(t)
+	q.down.Store(true)
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q})
+	resp := f.post(t, "/hooks", map[string]string{"X-Id": "e1"}, "{}")
+	if resp.StatusCode != 503 || resp.Header.Get(proxy.HeaderOutcome) != "store-unavailable" || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("store down: %d %q, want 503 store-unavailable with Retry-After", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+	if f.up.calls.Load() != 0 {
+		t.Error("forwarded while the store is down")
+	}
+	if got := f.counter(t, "webhook_dedup_store_errors_total", "op", "enqueue"); got != 1 {
+		t.Errorf("store_errors_total{op=enqueue} = %v, want 1", got)
+	}
+
+	q2 := newQueueStore(t)
+	q2.down.Store(true)
+	open := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q2, Queue: q2, OnStoreError: proxy.ForwardOnStoreError})
+	resp = open.post(t, "/hooks", map[string]string{"X-Id": "e1"}, "body")
+	if resp.StatusCode != 200 || resp.Header.Get(proxy.HeaderOutcome) != "forwarded-unchecked" || open.up.last(t).body != "body" {
+		t.Errorf("store down, ON_STORE_ERROR=forward: %d %q", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+}
+
+// TestAsyncBodyLimit: an async route holds the body, so MAX_BODY_BYTES
+// applies even to a header-sourced ID.
+func TestAsyncBodyLimit(t *testing.T) {
+	q := newQueueStore(t)
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q, MaxBodyBytes: 10})
+	resp := f.post(t, "/hooks", map[string]string{"X-Id": "e1"}, strings.Repeat("x", 11))
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get(proxy.HeaderOutcome) != "too-large" {
+		t.Errorf("%d %q, want 413 too-large", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+	if _, ok := q.request(t, "test:/hooks:e1"); ok {
+		t.Error("a body over the limit was queued")
+	}
+}
+
+// TestSettlement: the delivery workers learn a queued request's route and
+// TTL as the proxy decided them.
+func TestSettlement(t *testing.T) {
+	q := newQueueStore(t)
+	f := newFixture(t, "/hooks=github;async,/other=header:X-Id", proxy.Config{Store: q, Queue: q})
+	r, _ := http.NewRequest("POST", "/hooks/x", nil)
+	r.Header.Set("X-GitHub-Delivery", "d1")
+	r.Header.Set("X-GitHub-Event", "push")
+	if route, ttl := f.h.Settlement(r); route != "/hooks" || ttl != 4*24*time.Hour {
+		t.Errorf("Settlement(/hooks/x) = %q, %s; want /hooks, 96h", route, ttl)
+	}
+	r, _ = http.NewRequest("POST", "/nowhere", nil)
+	if route, ttl := f.h.Settlement(r); route != "" || ttl != 0 {
+		t.Errorf("Settlement(/nowhere) = %q, %s; want none", route, ttl)
+	}
+}
