@@ -81,8 +81,10 @@ func TestConfigurationDocMatchesCode(t *testing.T) {
 }
 
 // The README's table of the main settings shows each as the generated
-// table does (default and meaning may be shortened, never different).
-func TestREADMESettingsExist(t *testing.T) {
+// table does (its meaning may be shortened, its default never differs),
+// and the README names every other variable, so that each is one link
+// away from the front page.
+func TestREADMESettings(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +92,17 @@ func TestREADMESettingsExist(t *testing.T) {
 	known := map[string]config.Variable{}
 	for _, v := range config.Variables() {
 		known[v.Name] = v
+	}
+	named := map[string]bool{}
+	for _, name := range backticked(stripFences(string(readme))) {
+		if _, ok := known[name]; ok {
+			named[name] = true
+		}
+	}
+	for _, v := range config.Variables() {
+		if !named[v.Name] {
+			t.Errorf("README.md does not name %s", v.Name)
+		}
 	}
 	rows := tableRows(t, string(readme), "## The main settings")
 	if len(rows) == 0 {
@@ -266,8 +279,8 @@ func TestDocLinksResolve(t *testing.T) {
 	}
 }
 
-// stripCode blanks fenced code blocks and inline code, where "](" is text.
-func stripCode(md string) string {
+// stripFences leaves fenced code blocks out of md.
+func stripFences(md string) string {
 	var b strings.Builder
 	fence := false
 	for line := range strings.Lines(md) {
@@ -276,10 +289,15 @@ func stripCode(md string) string {
 			continue
 		}
 		if !fence {
-			b.WriteString(regexp.MustCompile("`[^`]*`").ReplaceAllString(line, "``"))
+			b.WriteString(line)
 		}
 	}
 	return b.String()
+}
+
+// stripCode blanks fenced code blocks and inline code, where "](" is text.
+func stripCode(md string) string {
+	return regexp.MustCompile("`[^`]*`").ReplaceAllString(stripFences(md), "``")
 }
 
 // headingAnchors are the fragments GitHub gives a page's headings: lower
