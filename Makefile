@@ -1,5 +1,6 @@
 # webhook-dedup: build, test, lint. `make test` is the whole test suite; it
-# installs what the tests need (redis-server from Debian, dynalite from npm)
+# installs what the tests need (redis-server and postgresql from Debian,
+# dynalite from npm)
 # when it is missing.
 
 GO       ?= go
@@ -23,8 +24,10 @@ build:
 test: deps
 	$(GO) test -race -count=1 ./...
 
-# What the tests run for real: redis-server (Debian), dynalite (npm: a
-# DynamoDB on LevelDB; version 4 needs Node.js 20 or later) and kustomize (Go).
+# What the tests run for real: redis-server and PostgreSQL (Debian; the
+# tests run initdb and postgres themselves, as an unprivileged user when
+# root), dynalite (npm: a DynamoDB on LevelDB; version 4 needs Node.js 20
+# or later) and kustomize (Go).
 deps:
 	@command -v dynalite >/dev/null || { \
 	  command -v npm >/dev/null || { echo "dynalite needs Node.js 20 or later and npm: install them (apt-get install nodejs npm, or nodejs.org)"; exit 1; }; \
@@ -36,6 +39,7 @@ deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

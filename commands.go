@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
@@ -88,12 +89,13 @@ func storeCommand(ctx context.Context, cmd string, args []string, environ map[st
 		return usageError(fmt.Errorf("configuration:\n%w", err))
 	}
 	if cfg.Store.Kind == config.StoreMemory {
-		return usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API, since the embedded store lives inside that process; or configure the shared store (REDIS_URL, …) to reach it directly"))
+		return usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API, since the embedded store lives inside that process; or configure the shared store (REDIS_URL, DATABASE_URL, …) to reach it directly"))
 	}
 	// The one line that says the store is unreachable is this command's
 	// error; go-redis's own log of each failed dial would bury it.
 	redis.SetLogger(newRedisLogger(zap.NewNop()))
-	st, err := openStore(cfg, zap.NewNop())
+	cfg.DatabaseAutoMigrate = false // inspect and forget read and delete; they create no tables
+	st, err := openStore(cfg, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		return usageError(err)
 	}
@@ -173,7 +175,8 @@ func openQueueForCommand(environ map[string]string) (*config.Config, dedup.Queue
 		return nil, nil, nil, usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API; or configure the shared store (REDIS_URL, …) to reach it directly"))
 	}
 	redis.SetLogger(newRedisLogger(zap.NewNop()))
-	st, err := openStore(cfg, zap.NewNop())
+	cfg.DatabaseAutoMigrate = false // reading and requeueing create no tables
+	st, err := openStore(cfg, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		return nil, nil, nil, usageError(err)
 	}

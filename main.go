@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	case "healthcheck":
 		return healthcheck(ctx, environ, stdout)
 	case "migrate":
-		return migrate(ctx, environ, stdout, stderr)
+		return migrate(ctx, args, environ, stdout, stderr)
 	case "inspect", "forget":
 		return storeCommand(ctx, cmd, args, environ, stdout)
 	case "dead-letters":

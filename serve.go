@@ -60,14 +60,14 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return usageError(fmt.Errorf("configuration:\n%w", err))
 	}
-	st, err := openStore(cfg, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	st, err := openStore(cfg, log, reg)
 	if err != nil {
 		return usageError(err)
 	}
 	defer st.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	buffered, how := bufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
 	monitor, err := monitorRedis(ctx, cfg, st, log, reg)
@@ -156,6 +156,14 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	}
 	if workers != nil {
 		srv.deliver = workers.Run
+		if ch := notifications(st); ch != nil {
+			// PostgreSQL: events queued by other replicas wake these
+			// workers at once.
+			srv.deliver = func(ctx context.Context) error {
+				go nudgeOn(ctx, ch, workers.Nudge)
+				return workers.Run(ctx)
+			}
+		}
 	}
 	if err := srv.run(ctx); err != nil {
 		return err
@@ -334,7 +342,7 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // reachable yet does not: the store refuses claims until the owner check
 // passes.
 func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Logger, reg prometheus.Registerer) (*dedup.Monitor, error) {
-	rs, ok := st.(*dedup.Redis)
+	rs, ok := behindCache(st).(*dedup.Redis)
 	if !ok {
 		return nil, nil
 	}
@@ -389,7 +397,7 @@ func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log 
 	}
 	log.Info("async delivery", zap.Strings("routes", async), zap.Int("concurrency", cfg.DeliveryConcurrency),
 		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
-	if dc, ok := st.(durabilityChecker); ok {
+	if dc, ok := behindCache(st).(durabilityChecker); ok {
 		logDurability(dc, log)
 	}
 	return queue, workers, nil
@@ -425,14 +433,25 @@ func logDurability(dc durabilityChecker, log *zap.Logger) {
 	}
 }
 
-// openStore opens the store config chose (config.Store): the one place
-// that turns that choice into a running store.
-func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
+// openStore opens the store config chose (config.Store), with the cache
+// in front when CACHE_SIZE says so: the one place that turns that choice
+// into a running store. Its metrics go to reg.
+func openStore(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (store, error) {
+	st, err := openChosenStore(cfg, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return withCache(cfg, st, log, reg), nil
+}
+
+func openChosenStore(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer) (store, error) {
 	switch cfg.Store.Kind {
 	case config.StoreRedis:
 		return openRedis(cfg, log)
 	case config.StoreDynamoDB:
 		return openDynamoDB(cfg, log)
+	case config.StorePostgres:
+		return openPostgres(cfg, log, reg)
 	case config.StoreDisk:
 		st, err := dedup.OpenDisk(cfg.DataDir)
 		if err != nil {
@@ -441,7 +460,7 @@ func openStore(cfg *config.Config, log *zap.Logger) (store, error) {
 		log.Info("store: embedded, on disk", zap.String("file", filepath.Join(cfg.DataDir, dedup.DiskFile)))
 		return st, nil
 	default:
-		log.Warn("no store configured (DATA_DIR, REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
+		log.Warn("no store configured (DATA_DIR, REDIS_URL, REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS, DYNAMODB_TABLE or DATABASE_URL): using the embedded in-memory store, which only deduplicates within this one process; run one replica only, and expect duplicates after a restart")
 		return dedup.NewMemory(), nil
 	}
 }

@@ -44,7 +44,7 @@ type Config struct {
 	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	DataDir   string `env:"DATA_DIR" desc:"directory of the embedded store's file (webhook-dedup.db), kept across restarts; created if missing; instead of Redis; one replica only"`
 	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
-	AppName   string `env:"APP_NAME" desc:"this deployment's identity, kept with its records in Redis (KEY_PREFIX + owner): a sidecar finding its KEY_PREFIX owned by another APP_NAME refuses to start; empty: no check"`
+	AppName   string `env:"APP_NAME" desc:"this deployment's identity, kept with its records (Redis: KEY_PREFIX + owner; PostgreSQL: the owners table): a sidecar finding its KEY_PREFIX owned by another APP_NAME refuses to start; empty: no check"`
 
 	// Redis beyond one server: cluster, Sentinel, credentials, TLS, pool,
 	// timeouts and replication safety (validated by completeRedis).
@@ -67,6 +67,15 @@ type Config struct {
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
 	RedisCheckInterval    time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`
+
+	// PostgreSQL and the cache in front of any store (validated by
+	// completePostgres).
+	DatabaseURL         string        `env:"DATABASE_URL" desc:"postgres:// URL of the PostgreSQL database that keeps the records and the async queue (instead of REDIS_URL)"`
+	DatabaseAutoMigrate bool          `env:"DATABASE_AUTO_MIGRATE" envDefault:"true" desc:"create the PostgreSQL tables at start when missing; false: expect them (webhook-dedup migrate)"`
+	DatabaseTablePrefix string        `env:"DATABASE_TABLE_PREFIX" envDefault:"webhook_dedup_" desc:"start of the PostgreSQL tables' names: lower-case letters, digits and _, at most 40"`
+	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" desc:"how often expired rows are deleted from PostgreSQL, in small batches"`
+	CacheSize           int           `env:"CACHE_SIZE" envDefault:"0" desc:"completed records kept in this process's memory, answering their duplicates without the store; 0: no cache"`
+	CacheTTL            time.Duration `env:"CACHE_TTL" envDefault:"1m" desc:"longest a record stays cached (a forget on another replica is seen within it)"`
 
 	// Amazon DynamoDB (validated by completeDynamoDB).
 	DynamoDBTable string `env:"DYNAMODB_TABLE" desc:"Amazon DynamoDB table of the records (string partition key pk, TTL attribute expires_at; webhook-dedup migrate creates it), instead of REDIS_URL; region, credentials and endpoint from the AWS SDK's environment (AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB, …); sync delivery only"`
@@ -193,6 +202,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	c.completeStoreTimeout(bad)
 	c.completeRedis(bad)
 	c.completeDynamoDB(bad)
+	c.completePostgres(bad)
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
 	}
@@ -448,7 +458,7 @@ func Variables() []Variable {
 func WriteUsage(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
-	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate [--print] | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
 	fmt.Fprintln(tw, "Configured by environment variables:")
 	fmt.Fprintln(tw)
 	for _, v := range Variables() {

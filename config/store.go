@@ -22,6 +22,8 @@ const (
 	StoreDynamoDB StoreKind = "dynamodb"
 	// StoreDisk is the embedded store in a file under DATA_DIR.
 	StoreDisk StoreKind = "disk"
+	// StorePostgres is PostgreSQL: DATABASE_URL.
+	StorePostgres StoreKind = "postgres"
 )
 
 // SupportsAsync reports whether the store can hold the async delivery
@@ -87,6 +89,7 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
 		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, c.DynamoDBTable != ""},
 		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
+		{Store{Kind: StorePostgres, Variable: "DATABASE_URL"}, c.DatabaseURL != ""},
 	}
 	var chosen []Store
 	for _, ch := range choices {

@@ -21,6 +21,8 @@ func BenchmarkEnqueue(b *testing.B) {
 		open func(b *testing.B) Queue
 	}{
 		{"redis", func(b *testing.B) Queue { return openRedis(b, redistest.New(b)) }},
+		// Without fsync: see BenchmarkStore.
+		{"postgres", func(b *testing.B) Queue { return openPostgres(b, nil, PostgresConfig{}) }},
 		{"disk", func(b *testing.B) Queue { return openBenchDisk(b, false) }},
 		{"disk-unbatched", func(b *testing.B) Queue { return openBenchDisk(b, true) }},
 	} {

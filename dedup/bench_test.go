@@ -32,6 +32,16 @@ func BenchmarkStore(b *testing.B) {
 			s, _ := openDynamoDB(b, dynamotest.New(b), "bench")
 			return s
 		}},
+		// The test server runs without fsync: a commit on a real disk
+		// adds its flush to claim-complete.
+		{"postgres", func(b *testing.B) store { return openPostgres(b, nil, PostgresConfig{}) }},
+		// The cache answers duplicates of completed events from memory.
+		{"redis+cache", func(b *testing.B) store {
+			return NewCache(openRedis(b, redistest.New(b)), CacheConfig{Size: 10000})
+		}},
+		{"postgres+cache", func(b *testing.B) store {
+			return NewCache(openPostgres(b, nil, PostgresConfig{}), CacheConfig{Size: 10000})
+		}},
 	} {
 		b.Run(st.name, func(b *testing.B) {
 			s := st.open(b)

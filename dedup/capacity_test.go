@@ -47,35 +47,10 @@ func TestRecordMemory(t *testing.T) {
 	ctx := context.Background()
 	before := usedMemory(t, raw)
 
-	// Stripe event IDs are "evt_" and 24 characters: with the default
-	// KEY_PREFIX and the namespace, keys of 49 bytes.
-	keyOf := func(i int) string {
-		id := strconv.FormatInt(int64(i), 36)
-		return "webhook-dedup:stripe:evt_1NvYwq2eZvKY" + strings.Repeat("0", 12-len(id)) + id
-	}
-	res := Result{Status: 200, Fingerprint: sha256.Sum256([]byte(`{"id":"evt_1"}`))}
-	const workers = 16
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				c, _, err := s.Claim(ctx, keyOf(i), lease)
-				if err == nil {
-					err = s.Complete(ctx, c, res, 96*time.Hour)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	keyOf, elapsed := writeCompleted(t, s, n)
 	if t.Failed() {
 		return
 	}
-	elapsed := time.Since(start)
 	if got := raw.DBSize(ctx).Val(); got != int64(n) {
 		t.Fatalf("DBSIZE = %d, want %d", got, n)
 	}
@@ -99,6 +74,39 @@ func TestRecordMemory(t *testing.T) {
 	if perRecord > maxUsedPerRecord {
 		t.Errorf("used_memory grew %.1f bytes per record, want at most %d", perRecord, maxUsedPerRecord)
 	}
+}
+
+// writeCompleted writes n completed records to s as the proxy does, from
+// 16 goroutines, and returns the keys' shape and the time it took.
+func writeCompleted(t *testing.T, s store, n int) (keyOf func(int) string, elapsed time.Duration) {
+	t.Helper()
+	// Stripe event IDs are "evt_" and 24 characters: with the default
+	// KEY_PREFIX and the namespace, keys of 49 bytes.
+	keyOf = func(i int) string {
+		id := strconv.FormatInt(int64(i), 36)
+		return "webhook-dedup:stripe:evt_1NvYwq2eZvKY" + strings.Repeat("0", 12-len(id)) + id
+	}
+	ctx := context.Background()
+	res := Result{Status: 200, Fingerprint: sha256.Sum256([]byte(`{"id":"evt_1"}`))}
+	const workers = 16
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				c, _, err := s.Claim(ctx, keyOf(i), lease)
+				if err == nil {
+					err = s.Complete(ctx, c, res, 96*time.Hour)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return keyOf, time.Since(start)
 }
 
 // bareKeyMemory is the floor under a record's cost: used_memory growth per

@@ -66,7 +66,7 @@ type Result struct {
 	// Status is the upstream's HTTP status code.
 	Status int
 	// Fingerprint is the SHA-256 of the request body. All zero if unknown.
-	// The Redis store keeps only its first FingerprintPrefixLen bytes
+	// The Redis and PostgreSQL stores keep only its first FingerprintPrefixLen bytes
 	// (the rest read back as zero) unless FullFingerprint is set; compare
 	// with SameBody.
 	Fingerprint [32]byte

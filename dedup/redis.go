@@ -216,7 +216,7 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 	// The same value on every attempt: the script accepts it again if an
 	// earlier attempt wrote it but its answer was lost.
 	value := encodeCompleted(res, time.Now().Unix())
-	err := retry(ctx, func(ctx context.Context) error {
+	err := retry(ctx, transient, func(ctx context.Context) error {
 		octx, cancel := s.bound(ctx)
 		defer cancel()
 		err := s.onMaster(octx, c.Key, func(conn redis.Scripter, replicate func() error) error {
@@ -511,10 +511,11 @@ var errAttemptTimedOut = errors.New("attempt timed out")
 // not kept long.
 const completeRetryFor = 5 * time.Second
 
-// retry calls op until it succeeds or fails for good, with growing pauses,
-// for at most completeRetryFor and while ctx lasts. When time runs out it
-// returns the failure that made it retry, with the context's error.
-func retry(ctx context.Context, op func(ctx context.Context) error) error {
+// retry calls op until it succeeds or fails for good (a failure transient
+// does not accept), with growing pauses, for at most completeRetryFor and
+// while ctx lasts. When time runs out it returns the failure that made it
+// retry, with the context's error.
+func retry(ctx context.Context, transient func(error) bool, op func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, completeRetryFor)
 	defer cancel()
 	pause := 20 * time.Millisecond

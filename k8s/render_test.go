@@ -45,6 +45,7 @@ var variants = []variant{
 	{dir: "overlays/classic", native: false},
 	{dir: "overlays/redis", native: true},
 	{dir: "overlays/dynamodb", native: true},
+	{dir: "overlays/postgres", native: true},
 	{dir: "overlays/existing-app", native: true},
 	{dir: "overlays/monitoring", native: true},
 	{dir: "overlays/async-disk", native: true},

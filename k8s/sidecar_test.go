@@ -59,6 +59,7 @@ func TestSidecarInvariants(t *testing.T) {
 				checkDisruptionBudget(t, m, p.name, p.labels, d.Spec.Replicas)
 				checkDelivery(t, m, d, p)
 				checkDynamoDB(t, m, p)
+				checkPostgres(t, m, p)
 				pods = append(pods, p)
 			}
 			for _, s := range m.statefulSets {

@@ -553,22 +553,28 @@ func TestAsyncCLIOnRedis(t *testing.T) {
 // back the retry is queued and delivered.
 func TestAsyncStoreDown(t *testing.T) {
 	t.Parallel()
-	app := newUpstream(t)
 	srv := redistest.New(t, "--appendonly", "yes")
-	px := startProxy(t, asyncEnv(app.URL, map[string]string{"REDIS_URL": srv.URL()}))
+	asyncStoreDownRun(t, "Redis", map[string]string{"REDIS_URL": srv.URL()}, srv.Stop, srv.Start)
+}
+
+// asyncStoreDownRun runs that test on the store storeEnv configures, taken
+// down by stop and brought back by start.
+func asyncStoreDownRun(t *testing.T, name string, storeEnv map[string]string, stop, start func()) {
+	app := newUpstream(t)
+	px := startProxy(t, asyncEnv(app.URL, storeEnv))
 	ctx, client := testContext(t), newClient(t)
 	ev := stripe.Event(1)
-	srv.Stop()
+	stop()
 	a := mustSend(t, ctx, client, px, stripe, ev)
-	expect(t, "delivery with Redis down", a, 503, "store-unavailable")
+	expect(t, "delivery with "+name+" down", a, 503, "store-unavailable")
 	if _, err := a.retryAfter(); err != nil {
 		t.Error(err)
 	}
-	srv.Start()
+	start()
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
-		t.Fatalf("readyz after Redis is back: %v", err)
+		t.Fatalf("readyz after %s is back: %v", name, err)
 	}
-	expect(t, "the retry once Redis is back", settledQueued(t, ctx, client, px, stripe, ev), 202, "queued")
+	expect(t, "the retry once "+name+" is back", settledQueued(t, ctx, client, px, stripe, ev), 202, "queued")
 	awaitEffects(t, app, []string{key(stripe, ev.ID)}, 10*time.Second)
 	if n := app.Effects(key(stripe, ev.ID)); n != 1 {
 		t.Errorf("%d effects, want 1", n)

@@ -55,5 +55,7 @@ func runTests(m *testing.M) int {
 	if !chosen {
 		_ = flag.Set("test.parallel", "4")
 	}
-	return m.Run()
+	code := m.Run()
+	postgres.Close()
+	return code
 }

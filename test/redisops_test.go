@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -338,17 +339,29 @@ func TestRedisStallBounded(t *testing.T) {
 func TestAppNameOwnsPrefix(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
+	appNameOwnsPrefix(t, map[string]string{"REDIS_URL": srv.URL()})
+}
+
+// appNameOwnsPrefix runs that test on the store storeEnv configures.
+func appNameOwnsPrefix(t *testing.T, storeEnv map[string]string) {
+	env := func(more ...string) map[string]string {
+		m := maps.Clone(storeEnv)
+		for i := 0; i < len(more); i += 2 {
+			m[more[i]] = more[i+1]
+		}
+		return m
+	}
 	appA, appB := newUpstream(t), newUpstream(t)
-	a := startProxy(t, proxyEnv(appA, map[string]string{"REDIS_URL": srv.URL(), "APP_NAME": "billing"}))
+	a := startProxy(t, proxyEnv(appA, env("APP_NAME", "billing")))
 	ctx, client := testContext(t), newClient(t)
 	const n = 10
 	for i, ans := range sendAll(t, ctx, client, a, stripe, n) {
 		expect(t, fmt.Sprintf("app A, event %d", i+1), ans, 200, "forwarded")
 	}
-	replica := startProxy(t, proxyEnv(appA, map[string]string{"REDIS_URL": srv.URL(), "APP_NAME": "billing"}))
+	replica := startProxy(t, proxyEnv(appA, env("APP_NAME", "billing")))
 	expect(t, "app A's replica, event 1", mustSend(t, ctx, client, replica, stripe, stripe.Event(1)), 200, "duplicate")
 
-	b := launch(t, proxyEnv(appB, map[string]string{"REDIS_URL": srv.URL(), "APP_NAME": "crm"}))
+	b := launch(t, proxyEnv(appB, env("APP_NAME", "crm")))
 	select {
 	case <-b.done:
 		code, out := b.cmd.ProcessState.ExitCode(), b.Logs()
@@ -366,7 +379,7 @@ func TestAppNameOwnsPrefix(t *testing.T) {
 		t.Errorf("app B started on app A's KEY_PREFIX: it answered duplicate for %d of the %d events app A had, which app B never saw", dups, n)
 	}
 
-	own := startProxy(t, proxyEnv(appB, map[string]string{"REDIS_URL": srv.URL(), "APP_NAME": "crm", "KEY_PREFIX": "crm:"}))
+	own := startProxy(t, proxyEnv(appB, env("APP_NAME", "crm", "KEY_PREFIX", "crm:")))
 	expect(t, "app B on its own prefix, event 1", mustSend(t, ctx, client, own, stripe, stripe.Event(1)), 200, "forwarded")
 }
 

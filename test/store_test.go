@@ -21,35 +21,42 @@ import (
 func TestRedisOutageAndRecovery(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
+	outageAndRecovery(t, "Redis", map[string]string{"REDIS_URL": srv.URL()}, srv.Stop, srv.Start)
+}
+
+// outageAndRecovery runs the outage test against the store that storeEnv
+// configures, taken down by stop and brought back by start.
+func outageAndRecovery(t *testing.T, name string, storeEnv map[string]string, stop, start func()) {
 	app := newUpstream(t)
-	px := startProxy(t, proxyEnv(app, map[string]string{"REDIS_URL": srv.URL()}))
+	px := startProxy(t, proxyEnv(app, storeEnv))
 	ctx, client := testContext(t), newClient(t)
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
-		t.Fatalf("readyz with Redis up: %v", err)
+		t.Fatalf("readyz with %s up: %v", name, err)
 	}
-	expect(t, "delivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "forwarded")
-	expect(t, "redelivery with Redis up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "duplicate")
+	expect(t, "delivery with "+name+" up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "forwarded")
+	expect(t, "redelivery with "+name+" up", mustSend(t, ctx, client, px, acme, acme.Event(1)), 200, "duplicate")
 
-	srv.Stop()
+	stop()
 	for _, p := range []provider{acme, stripe} {
 		ev := p.Event(2)
 		a := mustSend(t, ctx, client, px, p, ev)
-		expect(t, p.Name+" delivery with Redis down", a, 503, "store-unavailable")
+		expect(t, p.Name+" delivery with "+name+" down", a, 503, "store-unavailable")
 		if ra, err := a.retryAfter(); err != nil || ra < 1 || ra > 30 {
-			t.Errorf("%s with Redis down: Retry-After %q; want a few whole seconds: %v", p.Name, a.Header.Get("Retry-After"), err)
+			t.Errorf("%s with %s down: Retry-After %q; want a few whole seconds: %v", p.Name, name, a.Header.Get("Retry-After"), err)
 		}
 		if n := app.Attempts(key(p, ev.ID)); n != 0 {
-			t.Errorf("%s with Redis down reached the app %d times, want 0", p.Name, n)
+			t.Errorf("%s with %s down reached the app %d times, want 0", p.Name, name, n)
 		}
 	}
 	if err := px.pollAdmin("/readyz", 503, storeStateDeadline); err != nil {
-		t.Errorf("readyz with Redis down: %v", err)
+		t.Errorf("readyz with %s down: %v", name, err)
 	}
 
-	srv.Start()
+	start()
 	// go-redis stops dialing a server that refused PoolSize dials and probes
 	// it once a second, so the proxy resumes within about a second of Redis
-	// answering (docs/operations.md runbook: "Redis is down"). The sender retries 503s meanwhile.
+	// answering (docs/operations.md runbook: "Redis is down"); PostgreSQL's pool dials afresh
+	// for each request. The sender retries 503s meanwhile.
 	ev := acme.Event(2)
 	deadline := time.Now().Add(recoveryDeadline)
 	var first answer
@@ -60,12 +67,12 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the sender's backoff between retries
 	}
-	expect(t, "first delivery forwarded after Redis is back", first, 200, "forwarded")
+	expect(t, "first delivery forwarded after "+name+" is back", first, 200, "forwarded")
 	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
-		t.Errorf("readyz after Redis is back: %v", err)
+		t.Errorf("readyz after %s is back: %v", name, err)
 	}
 	if first.Dedup() == "forwarded" {
-		expect(t, "redelivery after Redis is back", mustSend(t, ctx, client, px, acme, ev), 200, "duplicate")
+		expect(t, "redelivery after "+name+" is back", mustSend(t, ctx, client, px, acme, ev), 200, "duplicate")
 		if n := app.Effects(key(acme, ev.ID)); n != 1 {
 			t.Errorf("took effect %d times, want 1", n)
 		}
