@@ -352,21 +352,12 @@ func (b diskBuckets) ownsSync(key []byte, tok [tokenLen]byte, now int64) bool {
 // kept for ttl. If c no longer owns its key it returns ErrNotOwner and
 // changes nothing.
 func (d *Disk) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkDuration("ttl", ttl); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkResult(res); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
+	tok, err := checkComplete(ctx, c, res, ttl)
+	if err != nil {
+		return err
 	}
 	owned := false
-	err := d.write(func(tx *bolt.Tx) error {
+	err = d.write(func(tx *bolt.Tx) error {
 		b := buckets(tx)
 		now := time.Now()
 		owned = b.ownsSync([]byte(c.Key), tok, now.UnixMilli())
@@ -502,14 +493,8 @@ func (d *Disk) Enqueue(ctx context.Context, key string, req Request) (bool, Reco
 
 // Take hands out at most n due deliveries, each leased for lease.
 func (d *Disk) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if n <= 0 {
-		return nil, nil
+	if take, err := checkTake(ctx, n, lease); !take {
+		return nil, err
 	}
 	// Workers poll: an empty poll reads, and commits nothing.
 	var due bool

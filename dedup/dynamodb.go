@@ -171,18 +171,9 @@ func (s *DynamoDB) Claim(ctx context.Context, key string, lease time.Duration) (
 // kept for ttl, with one PutItem conditional on c's token. If c no longer
 // owns its key it returns ErrNotOwner and changes nothing.
 func (s *DynamoDB) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkDuration("ttl", ttl); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkResult(res); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
+	tok, err := checkComplete(ctx, c, res, ttl)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

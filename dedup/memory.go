@@ -253,14 +253,8 @@ func (m *Memory) Claim(ctx context.Context, key string, lease time.Duration) (Cl
 // copy of res, kept for ttl. If c no longer owns its key it returns
 // ErrNotOwner and changes nothing.
 func (m *Memory) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkDuration("ttl", ttl); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkResult(res); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
+	if _, err := checkComplete(ctx, c, res, ttl); err != nil {
+		return err
 	}
 	sh, k := m.locate(c.Key)
 	sh.mu.Lock()

@@ -249,14 +249,8 @@ func (s *Postgres) claimOnce(ctx context.Context, key, sql string, args ...any) 
 // database restarting); the statement accepts its own result again if an
 // earlier attempt committed but its answer was lost.
 func (s *Postgres) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkDuration("ttl", ttl); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkResult(res); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
+	if _, err := checkComplete(ctx, c, res, ttl); err != nil {
+		return err
 	}
 	status, fp, ct, body := resultColumns(res)
 	return s.owned(ctx, "complete", c.Key, c.Token, s.sql.complete, micros(ttl), status, fp, ct, body)

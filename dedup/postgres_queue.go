@@ -134,14 +134,8 @@ func (s *Postgres) Enqueue(ctx context.Context, key string, req Request) (bool, 
 
 // Take leases up to n due deliveries to the caller for lease.
 func (s *Postgres) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if n <= 0 {
-		return nil, nil
+	if take, err := checkTake(ctx, n, lease); !take {
+		return nil, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

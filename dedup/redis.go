@@ -200,23 +200,14 @@ func won(v any) bool {
 // write that failed for a reason that passes: a lost connection, a
 // failover in progress, replicas slow to acknowledge.
 func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkDuration("ttl", ttl); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	if err := checkResult(res); err != nil {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
-	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
+	tok, err := checkComplete(ctx, c, res, ttl)
+	if err != nil {
+		return err
 	}
 	// The same value on every attempt: the script accepts it again if an
 	// earlier attempt wrote it but its answer was lost.
 	value := encodeCompleted(res, time.Now().Unix())
-	err := retry(ctx, transient, func(ctx context.Context) error {
+	err = retry(ctx, transient, func(ctx context.Context) error {
 		octx, cancel := s.bound(ctx)
 		defer cancel()
 		err := s.onMaster(octx, c.Key, func(conn redis.Scripter, replicate func() error) error {

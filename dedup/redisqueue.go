@@ -254,14 +254,8 @@ func (s *Redis) waitAOF(ctx context.Context) bool {
 // ones. Every replica passes the same lease (LEASE_TTL): a delivery is
 // taken over once it has been held that long.
 func (s *Redis) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	if n <= 0 {
-		return nil, nil
+	if take, err := checkTake(ctx, n, lease); !take {
+		return nil, err
 	}
 	if err := s.checkedOwner(ctx); err != nil {
 		return nil, fmt.Errorf("dedup: take: %w", err)
