@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
-	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -26,62 +23,6 @@ func TestHelpListsEveryVariable(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^` + v.Name + `\s`).MatchString(out.String()) {
 			t.Errorf("-h does not list %s", v.Name)
 		}
-	}
-}
-
-var update = flag.Bool("update", false, "rewrite README.md's configuration table from the code")
-
-// configTable renders config.Variables as the README's Markdown table.
-func configTable() []byte {
-	var b bytes.Buffer
-	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
-	for _, v := range config.Variables() {
-		def := "empty"
-		if v.Default != "" {
-			def = "`" + v.Default + "`"
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Name, def, strings.ReplaceAll(v.Description, "|", "\\|"))
-	}
-	return b.Bytes()
-}
-
-// The README's configuration table is exactly the one the code generates
-// (every variable, its default and its description, and no other), and
-// every variable is named in it. `go test -run README -update .`
-// regenerates it.
-func TestREADMEDocumentsEveryVariableAndNoOther(t *testing.T) {
-	const startMark, endMark = "<!-- config-table:start -->\n", "<!-- config-table:end -->"
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	i, j := bytes.Index(readme, []byte(startMark)), bytes.Index(readme, []byte(endMark))
-	if i < 0 || j < i {
-		t.Fatal("README.md has no config table markers")
-	}
-	want := configTable()
-	if *update {
-		readme = append(append(append([]byte{}, readme[:i+len(startMark)]...), want...), readme[j:]...)
-		if err := os.WriteFile("README.md", readme, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if got := readme[i+len(startMark) : j]; !bytes.Equal(got, want) {
-		gotLines, wantLines := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
-		for n := range max(len(gotLines), len(wantLines)) {
-			var g, w string
-			if n < len(gotLines) {
-				g = gotLines[n]
-			}
-			if n < len(wantLines) {
-				w = wantLines[n]
-			}
-			if g != w {
-				t.Errorf("README.md's configuration table, line %d:\n got: %s\nwant: %s", n+1, g, w)
-			}
-		}
-		t.Errorf("README.md's configuration table is not the generated one; run: go test -run README -update .")
 	}
 }
 

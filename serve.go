@@ -39,7 +39,7 @@ type store interface {
 }
 
 // serve runs the proxy and the admin port until ctx is cancelled (SIGTERM),
-// then drains as SPEC.md's "Shutdown" says.
+// then drains as docs/operations.md's "Graceful shutdown" says.
 func serve(ctx context.Context, environ map[string]string, stderr io.Writer) error {
 	cfg, err := config.Load(environ)
 	if err != nil {
@@ -196,8 +196,8 @@ type servers struct {
 	deliver func(context.Context) error
 }
 
-// run serves until ctx is cancelled (SIGTERM), then drains as SPEC.md's
-// "Shutdown" says. If a server fails first, both are drained at once
+// run serves until ctx is cancelled (SIGTERM), then drains as
+// docs/operations.md's "Graceful shutdown" says. If a server fails first, both are drained at once
 // (without SHUTDOWN_DELAY) and its error is returned: the other must stop
 // too, or Wait would wait for it forever.
 func (s *servers) run(ctx context.Context) error {

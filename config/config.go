@@ -24,7 +24,7 @@ import (
 )
 
 // Config is the whole configuration. Every field is one environment
-// variable; its desc tag is what -h and the README say about it.
+// variable; its desc tag is what -h and docs/configuration.md say about it.
 type Config struct {
 	UpstreamURL string `env:"UPSTREAM_URL" desc:"the app, e.g. http://127.0.0.1:3000 (required)"`
 	ListenAddr  string `env:"LISTEN_ADDR" envDefault:":8080" desc:"where webhooks arrive"`
@@ -425,7 +425,7 @@ func namedParseErrors(err error) []parseError {
 	return out
 }
 
-// Variable is one environment variable as -h and the README list it.
+// Variable is one environment variable as -h and docs/configuration.md list it.
 type Variable struct {
 	Name, Default, Description string
 }

@@ -21,7 +21,7 @@ func TestDefaults(t *testing.T) {
 		cfg.UpstreamTimeout != 30*time.Second || cfg.LeaseTTL != 45*time.Second || cfg.MaxBodyBytes != 10485760 ||
 		cfg.OnStoreError != proxy.RejectOnStoreError || cfg.OnMissingID != proxy.ForwardMissingID || cfg.SignatureTolerance != 5*time.Minute ||
 		cfg.InflightStatus != 409 || cfg.ReplayMaxBytes != 65536 || cfg.ShutdownTimeout != 25*time.Second {
-		t.Fatalf("defaults differ from SPEC.md: %+v", cfg)
+		t.Fatalf("defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}
 	if len(cfg.RouteSpecs) != 1 || cfg.RouteSpecs[0] != (RouteSpec{Path: "/", Source: "auto"}) {
 		t.Fatalf("default routes %v", cfg.RouteSpecs)
@@ -188,7 +188,7 @@ func TestAsyncDefaults(t *testing.T) {
 	if cfg.Delivery != proxy.SyncDelivery || cfg.DeliveryConcurrency != 16 || cfg.AsyncStatus != 202 ||
 		cfg.RetryInitialInterval != time.Second || cfg.RetryMaxInterval != 10*time.Minute || cfg.RetryMaxAttempts != 25 ||
 		cfg.RetryMaxAge != 72*time.Hour || cfg.DeadLetterTTL != 168*time.Hour {
-		t.Fatalf("async defaults differ from SPEC.md: %+v", cfg)
+		t.Fatalf("async defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}
 }
 

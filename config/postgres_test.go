@@ -18,7 +18,7 @@ func TestPostgresChosen(t *testing.T) {
 	}
 	if !cfg.DatabaseAutoMigrate || cfg.DatabaseTablePrefix != "webhook_dedup_" || cfg.PruneInterval != time.Minute ||
 		cfg.CacheSize != 0 || cfg.CacheTTL != time.Minute || cfg.StoreTimeout != time.Second {
-		t.Errorf("PostgreSQL and cache defaults differ from SPEC.md: %+v", cfg)
+		t.Errorf("PostgreSQL and cache defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 )
 
 var capacity = flag.Int("capacity", 10_000,
-	"completed records TestRecordMemory writes to measure Redis memory per record (the README's figure: -capacity=100000)")
+	"completed records TestRecordMemory writes to measure Redis memory per record (docs/performance.md's figure: -capacity=100000)")
 
 // Bounds on the memory one completed record costs in Redis, key included,
 // for a 49-byte key (measured on Redis 7.0: 120 and, over 100k records,

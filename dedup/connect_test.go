@@ -36,7 +36,7 @@ func open(t testing.TB, cfg RedisConfig) *Redis {
 const ackTimeout = 2 * time.Second
 
 // aclUser is redis-server arguments creating the user "dedup" (password
-// "s3cret") with the least the store needs, as the README advises, on the
+// "s3cret") with the least the store needs, as docs/stores.md advises, on the
 // tests' keys.
 var aclUser = []string{"--user", "dedup", "on", ">s3cret", "~dedup-test:*", "~tls:*",
 	"+@read", "+@write", "+@scripting", "+@connection", "+wait", "+cluster|shards", "+cluster|slots"}
@@ -46,7 +46,7 @@ var aclUser = []string{"--user", "dedup", "on", ">s3cret", "~dedup-test:*", "~tl
 // counts the replica of the master that holds the key.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
-	// +info, as the README advises, for the monitor and readiness (the
+	// +info, as docs/stores.md advises, for the monitor and readiness (the
 	// TLS test's user goes without it).
 	cl := redistest.NewCluster(t, redistest.ClusterConfig{ReplicasPerMaster: 1, Args: slices.Concat(aclUser, []string{"+info"})})
 	// Two seeds: the client discovers the other nodes.

@@ -294,7 +294,7 @@ func TestRedisCheckDurability(t *testing.T) {
 }
 
 // TestRedisQueueACL runs the queue suite as the least-privileged ACL user
-// the README gives, with its key patterns for the queue's hash tag.
+// docs/stores.md gives, with its key patterns for the queue's hash tag.
 func TestRedisQueueACL(t *testing.T) {
 	srv := redistest.New(t, "--user", "dedup", "on", ">s3cret", "~q*", "~{q*",
 		"+@read", "+@write", "+@scripting", "+@connection", "+wait", "+time")

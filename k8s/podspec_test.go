@@ -14,7 +14,7 @@ import (
 )
 
 // externalSecrets are Secrets the manifests read but do not create: the
-// apps' own, and the Redis password that K8S_README.md has users create.
+// apps' own, and the Redis password that docs/kubernetes.md has users create.
 var externalSecrets = map[string]bool{"webhook-app": true, "billing-api": true, "webhook-dedup-redis": true}
 
 // resolvePort turns a port given by number or by name into a number, the

@@ -11,8 +11,9 @@ import (
 )
 
 // preset is one sender: its public description, where its ID is, how it
-// signs and how auto recognises it. Facts and their sources are in
-// shared/providers.md; ❓ marks a fact that document could not verify.
+// signs and how auto recognises it. The facts come from each provider's
+// own documentation; ❓ marks one it does not state clearly (the presets
+// table in docs/providers.md marks the same).
 type preset struct {
 	Preset
 	// aliases are further names for the preset in ROUTES. If nil, none.

@@ -133,7 +133,7 @@ func TestPresetTTLOverride(t *testing.T) {
 }
 
 // TestPresetTTLsCoverRetryWindows pins each preset's documented retry
-// window (shared/providers.md) and checks that its default TTL outlives it
+// window (as its provider documents it) and checks that its default TTL outlives it
 // with a margin.
 func TestPresetTTLsCoverRetryWindows(t *testing.T) {
 	windows := map[string]time.Duration{

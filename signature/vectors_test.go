@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// Official test vectors from ../shared/providers.md §2, copied verbatim.
+// Official test vectors from the providers' documentation and SDKs,
+// copied verbatim.
 // Third-party vectors are marked as such.
 
 func TestGitHubOfficialVector(t *testing.T) {

@@ -272,7 +272,7 @@ func namespace(p provider) string {
 // not covered by the signature, so a captured genuine delivery replayed
 // under a fresh ID passes verification. DEDUP_BODY_FINGERPRINT=true
 // answers it as a duplicate; without it, it is forwarded (which is what the
-// README must say).
+// docs/security.md says).
 func TestFingerprintReplayEndToEnd(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)

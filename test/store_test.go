@@ -55,7 +55,7 @@ func outageAndRecovery(t *testing.T, name string, storeEnv map[string]string, st
 	start()
 	// go-redis stops dialing a server that refused PoolSize dials and probes
 	// it once a second, so the proxy resumes within about a second of Redis
-	// answering (README: "Redis is down"); PostgreSQL's pool dials afresh
+	// answering (docs/operations.md runbook: "Redis is down"); PostgreSQL's pool dials afresh
 	// for each request. The sender retries 503s meanwhile.
 	ev := acme.Event(2)
 	deadline := time.Now().Add(recoveryDeadline)

@@ -255,7 +255,8 @@ func findRow(rows []row, name string) *row {
 	return nil
 }
 
-// targets compares the rows with issue 7's targets.
+// targets compares the rows with the performance targets that
+// docs/performance.md lists.
 func targets(w io.Writer, rows []row) {
 	find := func(name string) *row {
 		for i := range rows {
@@ -269,7 +270,7 @@ func targets(w io.Writer, rows []row) {
 		what, row string
 		measure   func(r *row) (string, bool)
 	}
-	// Throughput targets are judged on requests/s, as the issue sets them;
+	// Throughput targets are judged on requests/s, as they are set;
 	// the per-core-second ratio is shown beside it.
 	atLeast := func(want float64) func(r *row) (string, bool) {
 		return func(r *row) (string, bool) {
@@ -301,7 +302,7 @@ func targets(w io.Writer, rows []row) {
 			peakRows = append(peakRows, r.c.name)
 		}
 	}
-	fmt.Fprintln(w, "| target (issue 7) | measured | met |")
+	fmt.Fprintln(w, "| target | measured | met |")
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, t := range ts {
 		r := find(t.row)
