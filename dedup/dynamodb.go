@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -375,8 +376,13 @@ func decodeItem(item map[string]types.AttributeValue, now time.Time) (Record, bo
 	if err != nil {
 		return Record{}, false, err
 	}
-	// Whole milliseconds, judged as the write conditions judge them.
-	left := ms - now.UnixMilli()
-	rec.TTL = time.Duration(left) * time.Millisecond
-	return rec, left > 0, nil
+	// Whole milliseconds, judged as the write conditions judge them. An
+	// expiry so far ahead that its TTL overflows a Duration (only a
+	// foreign or corrupt item has one) is capped, never wrapped negative.
+	nowMS := now.UnixMilli()
+	if ms <= nowMS {
+		return rec, false, nil
+	}
+	rec.TTL = time.Duration(min(ms-nowMS, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
+	return rec, true, nil
 }
