@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -864,6 +865,11 @@ func decodeAsync(v []byte) (asyncRecord, error) {
 			return asyncRecord{}, fmt.Errorf("%w: completed async record without its result", errBadRecord)
 		}
 		a.result, a.completed = rec.Result, rec.Since.Unix()
+		// This file only ever holds encodeCompleted's 4-byte seconds; a
+		// time beyond them is an earlier format or damage, not a record.
+		if a.completed < 0 || a.completed > math.MaxUint32 {
+			return asyncRecord{}, fmt.Errorf("%w: completion time %d out of range", errBadRecord, a.completed)
+		}
 	default:
 		return asyncRecord{}, fmt.Errorf("%w: async state %d", errBadRecord, a.state)
 	}
