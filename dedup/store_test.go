@@ -12,16 +12,10 @@ import (
 	"time"
 )
 
-// store is what the conformance suite exercises: the methods that *Memory
-// and *Redis share, with the same meaning.
-type store interface {
-	Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error)
-	Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error
-	Release(ctx context.Context, c Claim) error
-	Lookup(ctx context.Context, key string) (Record, error)
-	Forget(ctx context.Context, key string) (bool, error)
-	Ping(ctx context.Context) error
-}
+// store is what the conformance suite exercises: the methods every store
+// of this package shares, with the same meaning (what the cache asks of
+// the store behind it, too).
+type store = Cacheable
 
 var _ store = (*Memory)(nil)
 
