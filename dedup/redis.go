@@ -247,6 +247,9 @@ func (s *Redis) complete(ctx context.Context, conn redis.Scripter, key string, a
 // flagsRefused reports whether err is a server before Redis 7 failing to
 // compile a script that starts with a "#!lua flags=" line.
 func flagsRefused(err error) bool {
+	if err == nil {
+		return false // before errors.As, whose target would escape on every completion
+	}
 	var answered redis.Error
 	return errors.As(err, &answered) && strings.Contains(err.Error(), "Error compiling script")
 }
@@ -503,33 +506,41 @@ var errAttemptTimedOut = errors.New("attempt timed out")
 const completeRetryFor = 5 * time.Second
 
 // retry calls op until it succeeds or fails for good (a failure transient
-// does not accept), with growing pauses, for at most completeRetryFor and
-// while ctx lasts. When time runs out it returns the failure that made it
-// retry, with the context's error.
+// does not accept), with growing pauses, for at most completeRetryFor from
+// the first call and while ctx lasts. op bounds each attempt itself. When
+// time runs out it returns the failure that made it retry, with the
+// context's error.
 func retry(ctx context.Context, transient func(error) bool, op func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, completeRetryFor)
+	start := time.Now()
+	err := op(ctx)
+	if err == nil || !transient(err) {
+		return err
+	}
+	// Only a first attempt that failed pays for the retries' deadline (a
+	// timer and a context on every completion, otherwise).
+	ctx, cancel := context.WithDeadline(ctx, start.Add(completeRetryFor))
 	defer cancel()
+	last := err
 	pause := 20 * time.Millisecond
-	var last error
 	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w; gave up: %w", last, ctx.Err())
+		case <-t.C:
+		}
 		err := op(ctx)
 		switch {
 		case err == nil:
 			return nil
-		case ctx.Err() != nil && last != nil:
+		case ctx.Err() != nil:
 			// Cut short: the cause is the failure before.
 			return fmt.Errorf("%w; gave up: %w", last, ctx.Err())
 		case !transient(err):
 			return err
 		}
 		last = err
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w; gave up: %w", err, ctx.Err())
-		case <-t.C:
-		}
 		pause = min(2*pause, 500*time.Millisecond)
 	}
 }
