@@ -71,17 +71,20 @@ func loadAverage() string {
 
 // row is one configuration summarised over its repeats.
 type row struct {
-	c       config
-	rps     []float64
-	p50     []float64 // µs, -c32
-	p99     []float64
-	p999    []float64
-	single  []float64 // µs, p50 at one connection
-	added   []float64 // µs, single minus the upstream's single, per repeat
-	overGo  []float64 // µs, single minus the Go proxy's single, per repeat
-	cpu     []float64 // server CPU seconds per 10k requests
-	store   []float64 // the store server's CPU seconds per 10k requests
-	peak    int64     // max VmHWM over repeats
+	c      config
+	rps    []float64
+	p50    []float64 // µs, -c32
+	p99    []float64
+	p999   []float64
+	single []float64 // µs, p50 at one connection
+	added  []float64 // µs, single minus the upstream's single, per repeat
+	overGo []float64 // µs, single minus the Go proxy's single, per repeat
+	cpu    []float64 // server CPU seconds per 10k requests
+	store  []float64 // the store server's CPU seconds per 10k requests
+	peak   int64     // max VmHWM over repeats
+	// records is how many events the embedded store held in the repeat
+	// of the highest peak (each forwarded event leaves one record).
+	records int64
 	errs    int64
 	xGo     []float64 // requests/s ratio to the Go proxy, per repeat
 	xNginx  []float64
@@ -118,7 +121,12 @@ func summarise(configs []config, results map[string][]result) []row {
 			if c.store.ownServer() {
 				rw.store = append(rw.store, per10k(r.StoreCPU, r.Load.Requests))
 			}
-			rw.peak = max(rw.peak, r.PeakRSS)
+			if r.PeakRSS > rw.peak {
+				rw.peak = r.PeakRSS
+				if c.store == embedded {
+					rw.records = r.Outcomes["forwarded"]
+				}
+			}
 			rw.errs += r.Load.errors() + r.Single.errors()
 			if up, ok := byRepeat(nameUpstream, r.Repeat); ok {
 				rw.added = append(rw.added, float64(r.Single.P50-up.Single.P50))
@@ -195,26 +203,32 @@ func asyncTable(w io.Writer, rows []row) {
 		{"fast app, DATA_DIR", "webhook-dedup, DATA_DIR, unique JSON", "webhook-dedup, DATA_DIR, unique JSON, async"},
 		{"fast app, PostgreSQL", "webhook-dedup, PostgreSQL, unique JSON", "webhook-dedup, PostgreSQL, unique JSON, async"},
 	}
+	goRow := findRow(rows, nameGoProxy)
 	var lines []string
 	for _, p := range pairs {
 		sr, ar := findRow(rows, p.sync), findRow(rows, p.async)
 		if sr == nil || ar == nil {
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %s / %s | %s / %s | %.2f× | %.3f / %.3f |",
+		goSingle := "–"
+		if goRow != nil {
+			goSingle = ms(median(goRow.single))
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %s / %s | %s / %s | %.2f× | %s | %s / %s / %s | %.3f / %.3f |",
 			p.what, ms(median(sr.p50)), ms(median(ar.p50)), ms(median(sr.p99)), ms(median(ar.p99)),
-			thousands(median(sr.rps)), thousands(median(ar.rps)), median(ar.rps)/median(sr.rps), median(sr.cpu), median(ar.cpu)))
+			thousands(median(sr.rps)), thousands(median(ar.rps)), median(ar.rps)/median(sr.rps), ratio(ar.xGo, false),
+			ms(median(sr.single)), ms(median(ar.single)), goSingle, median(sr.cpu), median(ar.cpu)))
 	}
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "| async delivery (sync / async) | sender p50 ms | sender p99 ms | accepted events/s | async × sync | proxy CPU s/10k req |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| async delivery (sync / async) | sender p50 ms | sender p99 ms | accepted events/s | async × sync | async × Go proxy | p50 @1 conn ms (sync / async / Go proxy) | proxy CPU s/10k req |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "At 32 connections. Async answers 202 once the event is queued; the background deliveries (at most DELIVERY_CONCURRENCY=16 at once) run during the measurement, so their CPU is in the proxy's (and the store server's).")
+	fmt.Fprintln(w, "At 32 connections, but for the p50 at one connection. Async answers 202 once the event is queued; the background deliveries (at most DELIVERY_CONCURRENCY=16 at once) run during the measurement, so their CPU is in the proxy's (and the store server's). On the fast app, the backlog the 32-connection run leaves is delivered before the one-connection run starts, so that one measures the accept path, not a core busy delivering (behind the slow app the deliveries mostly wait, and the backlog would take minutes). The Go proxy forwards to the fast app; on the slow app's rows its ratio compares accepting with forwarding.")
 	fmt.Fprintln(w)
 }
 
@@ -278,29 +292,28 @@ func targets(w io.Writer, rows []row) {
 			return fmt.Sprintf("%.2f× (per core-second %.2f×)", v, median(r.capXGo)), v >= want
 		}
 	}
-	ts := []target{
-		{"unique JSON on Redis ≥ 0.65× the Go proxy", "webhook-dedup, Redis, unique JSON", atLeast(0.65)},
-		{"header-sourced on Redis ≥ 0.70×", "webhook-dedup, Redis, unique header", atLeast(0.70)},
-		{"duplicates on Redis ≥ 2.0×", "webhook-dedup, Redis, duplicate JSON", atLeast(2.0)},
-		{"unique JSON on the embedded store ≥ 0.90×", "webhook-dedup, embedded, unique JSON", atLeast(0.90)},
-		{"proxy CPU per first-seen request ≤ 1.5× (Redis, unique JSON)", "webhook-dedup, Redis, unique JSON", func(r *row) (string, bool) {
+	cpuAtMost := func(want float64) func(r *row) (string, bool) {
+		return func(r *row) (string, bool) {
 			v := median(r.cpuXGo)
-			return fmt.Sprintf("%.2f×", v), v <= 1.5
-		}},
-		{"proxy CPU per first-seen request ≤ 1.5× (embedded, unique JSON)", "webhook-dedup, embedded, unique JSON", func(r *row) (string, bool) {
-			v := median(r.cpuXGo)
-			return fmt.Sprintf("%.2f×", v), v <= 1.5
-		}},
-		{"added p50 at one connection ≤ +0.15 ms over the Go proxy (Redis, unique JSON)", "webhook-dedup, Redis, unique JSON", func(r *row) (string, bool) {
-			v := median(r.overGo)
-			return signedMS([]float64{v}) + " ms", v <= 150
-		}},
-	}
-	var peakRows []string
-	for _, r := range rows {
-		if r.c.server == webhookDedup {
-			peakRows = append(peakRows, r.c.name)
+			return fmt.Sprintf("%.2f×", v), v <= want
 		}
+	}
+	ts := []target{
+		{"unique JSON on Redis ≥ 0.70× the Go proxy", "webhook-dedup, Redis, unique JSON", atLeast(0.70)},
+		{"header-sourced on Redis ≥ 0.70×", "webhook-dedup, Redis, unique header", atLeast(0.70)},
+		{fmt.Sprintf("duplicates on Redis with CACHE_SIZE ≥ 2.7× (nginx: %s)", ratio(nginxRow(rows).xGo, false)),
+			fmt.Sprintf("webhook-dedup, Redis, duplicate JSON, CACHE_SIZE=%d", cacheSize), atLeast(2.7)},
+		{"unique JSON on the embedded store ≥ 0.95×", "webhook-dedup, embedded, unique JSON", atLeast(0.95)},
+		{"proxy CPU per first-seen request ≤ 1.35× the Go proxy's (Redis, unique JSON)", "webhook-dedup, Redis, unique JSON", cpuAtMost(1.35)},
+		{"added p50 at one connection ≤ +0.10 ms over the Go proxy (Redis, unique JSON)", "webhook-dedup, Redis, unique JSON", func(r *row) (string, bool) {
+			v := median(r.overGo)
+			return signedMS([]float64{v}) + " ms", v <= 100
+		}},
+		{"the proxy's own peak RSS ≤ 24 MiB (embedded, unique JSON)", "webhook-dedup, embedded, unique JSON", func(r *row) (string, bool) {
+			own := r.peak - r.records*embeddedRecordPeak
+			return fmt.Sprintf("%.1f MiB: %.1f MiB peak less %s records × %d B", float64(own)/(1<<20), float64(r.peak)/(1<<20), thousands(float64(r.records)), embeddedRecordPeak),
+				own <= 24<<20
+		}},
 	}
 	fmt.Fprintln(w, "| target | measured | met |")
 	fmt.Fprintln(w, "|---|---|---|")
@@ -312,10 +325,21 @@ func targets(w io.Writer, rows []row) {
 		v, ok := t.measure(r)
 		fmt.Fprintf(w, "| %s | %s | %s |\n", t.what, v, yes(ok))
 	}
-	for _, name := range peakRows {
-		r := find(name)
-		fmt.Fprintf(w, "| peak RSS ≤ 24 MiB (%s) | %.1f MiB | %s |\n", strings.TrimPrefix(name, "webhook-dedup, "), float64(r.peak)/(1<<20), yes(r.peak <= 24<<20))
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "The embedded store's records are counted apart from the proxy's own memory: each holds %d bytes of heap (TestMemoryRecordSize), and with Go's default GOGC=100 the heap may grow to twice what is live before a collection, so each adds up to %d bytes to the peak.\n", embeddedRecordPeak/2, embeddedRecordPeak)
+}
+
+// embeddedRecordPeak is what one record of the embedded store adds to the
+// proxy's peak memory: its 103 bytes of heap (TestMemoryRecordSize in
+// dedup), twice, for the garbage collector's headroom at GOGC=100.
+const embeddedRecordPeak = 2 * 103
+
+// nginxRow is the nginx row, or an empty one.
+func nginxRow(rows []row) *row {
+	if r := findRow(rows, nameNginx); r != nil {
+		return r
 	}
+	return &row{}
 }
 
 func yes(ok bool) string {
