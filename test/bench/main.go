@@ -8,7 +8,7 @@
 // never competes with what it measures. It prints numbers; it asserts
 // nothing.
 //
-//	go run ./test/bench            # full run, about 11 minutes
+//	go run ./test/bench            # full run (3 repeats), about 12 minutes
 //	go run ./test/bench -quick     # one short repeat, about two minutes
 //
 // test/bench/run.sh installs wrk, nginx, redis-server and PostgreSQL first
