@@ -219,17 +219,8 @@ func asyncTable(w io.Writer, rows []row) {
 			thousands(median(sr.rps)), thousands(median(ar.rps)), median(ar.rps)/median(sr.rps), ratio(ar.xGo, false),
 			ms(median(sr.single)), ms(median(ar.single)), goSingle, median(sr.cpu), median(ar.cpu)))
 	}
-	if len(lines) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "| async delivery (sync / async) | sender p50 ms | sender p99 ms | accepted events/s | async × sync | async × Go proxy | p50 @1 conn ms (sync / async / Go proxy) | proxy CPU s/10k req |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
-	for _, l := range lines {
-		fmt.Fprintln(w, l)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "At 32 connections, but for the p50 at one connection. Async answers 202 once the event is queued; the background deliveries (at most DELIVERY_CONCURRENCY=16 at once) run during the measurement, so their CPU is in the proxy's (and the store server's). On the fast app, the backlog the 32-connection run leaves is delivered before the one-connection run starts, so that one measures the accept path, not a core busy delivering (behind the slow app the deliveries mostly wait, and the backlog would take minutes). The Go proxy forwards to the fast app; on the slow app's rows its ratio compares accepting with forwarding.")
-	fmt.Fprintln(w)
+	printTable(w, "| async delivery (sync / async) | sender p50 ms | sender p99 ms | accepted events/s | async × sync | async × Go proxy | p50 @1 conn ms (sync / async / Go proxy) | proxy CPU s/10k req |", lines,
+		"At 32 connections, but for the p50 at one connection. Async answers 202 once the event is queued; the background deliveries (at most DELIVERY_CONCURRENCY=16 at once) run during the measurement, so their CPU is in the proxy's (and the store server's). On the fast app, the backlog the 32-connection run leaves is delivered before the one-connection run starts, so that one measures the accept path, not a core busy delivering (behind the slow app the deliveries mostly wait, and the backlog would take minutes). The Go proxy forwards to the fast app; on the slow app's rows its ratio compares accepting with forwarding.")
 }
 
 // cacheTable puts the duplicate rows with CACHE_SIZE beside those without,
@@ -246,16 +237,23 @@ func cacheTable(w io.Writer, rows []row) {
 			s, thousands(median(sr.rps)), thousands(median(cr.rps)), median(cr.rps)/median(sr.rps),
 			ms(median(sr.p50)), ms(median(cr.p50)), median(sr.cpu), median(cr.cpu), median(sr.store), median(cr.store)))
 	}
+	printTable(w, fmt.Sprintf("| duplicates (without / with CACHE_SIZE=%d) | answered/s | cache × none | p50 ms | proxy CPU s/10k req | store CPU s/10k req |", cacheSize), lines,
+		"At 32 connections, every request a copy of one completed event: with the cache, the proxy answers it from its own memory, without a round trip to the store.")
+}
+
+// printTable prints a Markdown table of header and lines, then note, or
+// nothing when there are no lines (their rows did not run).
+func printTable(w io.Writer, header string, lines []string, note string) {
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "| duplicates (without / with CACHE_SIZE=%d) | answered/s | cache × none | p50 ms | proxy CPU s/10k req | store CPU s/10k req |\n", cacheSize)
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, "|"+strings.Repeat("---|", strings.Count(header, "|")-1))
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "At 32 connections, every request a copy of one completed event: with the cache, the proxy answers it from its own memory, without a round trip to the store.")
+	fmt.Fprintln(w, note)
 	fmt.Fprintln(w)
 }
 
@@ -272,14 +270,6 @@ func findRow(rows []row, name string) *row {
 // targets compares the rows with the performance targets that
 // docs/performance.md lists.
 func targets(w io.Writer, rows []row) {
-	find := func(name string) *row {
-		for i := range rows {
-			if rows[i].c.name == name {
-				return &rows[i]
-			}
-		}
-		return nil
-	}
 	type target struct {
 		what, row string
 		measure   func(r *row) (string, bool)
@@ -318,7 +308,7 @@ func targets(w io.Writer, rows []row) {
 	fmt.Fprintln(w, "| target | measured | met |")
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, t := range ts {
-		r := find(t.row)
+		r := findRow(rows, t.row)
 		if r == nil || len(r.xGo) == 0 {
 			continue
 		}
