@@ -310,13 +310,11 @@ func (s stored) record(now int64) (Record, error) {
 // otherwise a zero Claim and the record that holds the key, of either
 // delivery mode.
 func (d *Disk) Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error) {
-	if err := ctx.Err(); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	if err := checkClaim(ctx, key, lease); err != nil {
+		return Claim{}, Record{}, err
 	}
 	tok := newToken()
+	k := []byte(key)
 	var (
 		won bool
 		rec Record
@@ -324,15 +322,15 @@ func (d *Disk) Claim(ctx context.Context, key string, lease time.Duration) (Clai
 	err := d.write(func(tx *bolt.Tx) error {
 		b := buckets(tx)
 		now := time.Now()
-		if s, ok := b.get([]byte(key), now.UnixMilli()); ok {
+		if s, ok := b.get(k, now.UnixMilli()); ok {
 			won = false
 			var err error
 			rec, err = s.record(now.UnixMilli())
 			return err
 		}
 		won = true
-		b.deleteAll([]byte(key)) // an expired record
-		return b.put([]byte(key), now.Add(lease).UnixMilli(), encodeInFlight(tok, now.UnixMilli()))
+		b.deleteAll(k) // an expired record
+		return b.put(k, now.Add(lease).UnixMilli(), encodeInFlight(tok, now.UnixMilli()))
 	})
 	if err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
@@ -379,15 +377,12 @@ func (d *Disk) Complete(ctx context.Context, c Claim, res Result, ttl time.Durat
 // Release deletes c's in-flight record so the event can be claimed again.
 // If c no longer owns its key it returns ErrNotOwner and changes nothing.
 func (d *Disk) Release(ctx context.Context, c Claim) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
-	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
+	tok, err := checkOwned(ctx, "release", c.Key, c.Token)
+	if err != nil {
+		return err
 	}
 	owned := false
-	err := d.write(func(tx *bolt.Tx) error {
+	err = d.write(func(tx *bolt.Tx) error {
 		b := buckets(tx)
 		owned = b.ownsSync([]byte(c.Key), tok, time.Now().UnixMilli())
 		if owned {
@@ -572,14 +567,11 @@ func (d *Disk) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery
 // settle changes the async record dl holds, if dl still holds it: change
 // gets the record and returns its next state and expiry.
 func (d *Disk) settle(ctx context.Context, op string, dl Delivery, change func(a asyncRecord, now time.Time) (asyncRecord, int64, error)) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: %s %s: %w", op, dl.Claim.Key, err)
+	tok, err := checkOwned(ctx, op, dl.Claim.Key, dl.Claim.Token)
+	if err != nil {
+		return err
 	}
-	tok, ok := parseToken(dl.Claim.Token)
-	if !ok {
-		return fmt.Errorf("dedup: %s %s: %w", op, dl.Claim.Key, ErrNotOwner)
-	}
-	err := d.write(func(tx *bolt.Tx) error {
+	err = d.write(func(tx *bolt.Tx) error {
 		b := buckets(tx)
 		now := time.Now()
 		key := []byte(dl.Claim.Key)

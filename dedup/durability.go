@@ -61,28 +61,19 @@ func (d Durability) String() string {
 // Redis could not be asked; a refused CONFIG GET is a verdict (Readable
 // false), not an error.
 func (s *Redis) CheckDurability(ctx context.Context) (Durability, error) {
-	var nodes []interface {
-		Do(ctx context.Context, args ...any) *redis.Cmd
-	}
+	nodes := []Client{s.client}
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		var (
-			mu      sync.Mutex // ForEachMaster calls at once
-			masters []*redis.Client
-		)
+		nodes = nil
+		var mu sync.Mutex // ForEachMaster calls at once
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			mu.Lock()
 			defer mu.Unlock()
-			masters = append(masters, c)
+			nodes = append(nodes, c)
 			return nil
 		})
 		if err != nil {
 			return Durability{}, fmt.Errorf("dedup: check durability: %w", err)
 		}
-		for _, m := range masters {
-			nodes = append(nodes, m)
-		}
-	} else {
-		nodes = append(nodes, s.client)
 	}
 	d := Durability{Readable: true}
 	for _, n := range nodes {

@@ -125,11 +125,8 @@ func (s *DynamoDB) Close() error { return nil }
 // Claim and the record that holds the key. A lost condition is a lost
 // claim, never an error.
 func (s *DynamoDB) Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error) {
-	if err := ctx.Err(); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	if err := checkClaim(ctx, key, lease); err != nil {
+		return Claim{}, Record{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -205,16 +202,13 @@ func (s *DynamoDB) Complete(ctx context.Context, c Claim, res Result, ttl time.D
 // with one DeleteItem conditional on c's token. If c no longer owns its key
 // it returns ErrNotOwner and changes nothing.
 func (s *DynamoDB) Release(ctx context.Context, c Claim) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
-	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
+	tok, err := checkOwned(ctx, "release", c.Key, c.Token)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 s.table,
 		Key:                       keyOf(c.Key),
 		ConditionExpression:       aws.String(ownerCondition),

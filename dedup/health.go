@@ -81,8 +81,7 @@ type ServerInfo struct {
 	// Addr is the address the client reaches the server at.
 	Addr string
 	// RunID changes with every restart of the server.
-	RunID   string
-	Version string
+	RunID string
 	// Policy is maxmemory_policy.
 	Policy string
 	// UsedMemory and MaxMemory are used_memory and maxmemory (0: no
@@ -175,8 +174,6 @@ func parseInfo(text, addr string) ServerInfo {
 		switch name {
 		case "run_id":
 			info.RunID = v
-		case "redis_version":
-			info.Version = v
 		case "maxmemory_policy":
 			info.Policy = v
 		case "used_memory":

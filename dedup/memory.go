@@ -210,13 +210,9 @@ func (sh *memoryShard) record(k memoryKey, e memoryEntry, now instant) Record {
 	return rec
 }
 
-// owns reports whether c holds the in-flight entry for its key k. The
+// owns reports whether tok holds the in-flight entry for key k. The
 // caller holds sh.mu.
-func (sh *memoryShard) owns(k memoryKey, c Claim, now instant) bool {
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return false
-	}
+func (sh *memoryShard) owns(k memoryKey, tok [tokenLen]byte, now instant) bool {
 	e, ok := sh.live(k, now)
 	return ok && e.state == InFlight && [tokenLen]byte(e.data[:tokenLen]) == tok
 }
@@ -225,11 +221,8 @@ func (sh *memoryShard) owns(k memoryKey, c Claim, now instant) bool {
 // returns the new Claim and a Record in state Absent (the state before the
 // claim); otherwise a zero Claim and the record that holds the key.
 func (m *Memory) Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error) {
-	if err := ctx.Err(); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	if err := checkClaim(ctx, key, lease); err != nil {
+		return Claim{}, Record{}, err
 	}
 	tok := newToken() // outside the lock: it may be a system call
 	sh, k := m.locate(key)
@@ -253,14 +246,15 @@ func (m *Memory) Claim(ctx context.Context, key string, lease time.Duration) (Cl
 // copy of res, kept for ttl. If c no longer owns its key it returns
 // ErrNotOwner and changes nothing.
 func (m *Memory) Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error {
-	if _, err := checkComplete(ctx, c, res, ttl); err != nil {
+	tok, err := checkComplete(ctx, c, res, ttl)
+	if err != nil {
 		return err
 	}
 	sh, k := m.locate(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := m.now()
-	if !sh.owns(k, c, now) {
+	if !sh.owns(k, tok, now) {
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, ErrNotOwner)
 	}
 	kept := res.ContentType != "" || len(res.Body) > 0
@@ -288,13 +282,14 @@ func (m *Memory) Complete(ctx context.Context, c Claim, res Result, ttl time.Dur
 // Release deletes c's in-flight record so the event can be claimed again.
 // If c no longer owns its key it returns ErrNotOwner and changes nothing.
 func (m *Memory) Release(ctx context.Context, c Claim) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
+	tok, err := checkOwned(ctx, "release", c.Key, c.Token)
+	if err != nil {
+		return err
 	}
 	sh, k := m.locate(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if !sh.owns(k, c, m.now()) {
+	if !sh.owns(k, tok, m.now()) {
 		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
 	}
 	delete(sh.m, k) // in flight: no kept response

@@ -95,19 +95,13 @@ func NewMonitor(s *Redis, cfg MonitorConfig) *Monitor {
 // Run checks every Interval until ctx ends. The findings go to the log
 // and the metrics.
 func (m *Monitor) Run(ctx context.Context) {
-	t := time.NewTicker(m.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, m.cfg.Interval, func() bool {
 		err := m.Check(ctx)
 		if ctx.Err() != nil {
-			return
+			return true
 		}
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		switch {
 		case errors.Is(err, ErrPrefixOwned):
 			m.tell("check", err.Error(), func() {
@@ -118,8 +112,8 @@ func (m *Monitor) Run(ctx context.Context) {
 		default:
 			m.tell("check", "", func() {})
 		}
-		m.mu.Unlock()
-	}
+		return false
+	})
 }
 
 // Check checks once: the owner of the key prefix (an error wrapping
@@ -184,15 +178,13 @@ func (m *Monitor) checkServers(infos []ServerInfo) bool {
 		maxMem += info.MaxMemory
 		prev, seen := m.servers[info.Addr]
 		m.servers[info.Addr] = info
-		if info.CanEvict() {
-			evicts = true
-			m.tell("policy "+info.Addr, info.Policy, func() {
+		evicts = evicts || info.CanEvict()
+		m.tell("policy "+info.Addr, info.Policy, func() {
+			if info.CanEvict() {
 				m.log.Error("Redis may evict records: its maxmemory-policy is not noeviction, so under memory pressure it deletes records and their duplicates are forwarded again; set maxmemory-policy noeviction",
 					zap.String("redis", info.Addr), zap.String("maxmemory_policy", info.Policy), zap.Int64("maxmemory", info.MaxMemory))
-			})
-		} else {
-			m.tell("policy "+info.Addr, info.Policy, func() {})
-		}
+			}
+		})
 		if !info.AOF {
 			m.tell("aof "+info.Addr, "off", func() {
 				m.log.Warn("Redis persistence: appendonly is off, so a restart loses every record written since the last snapshot, if snapshots are configured, and duplicates of those events are forwarded again",

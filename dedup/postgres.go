@@ -196,11 +196,8 @@ const claimAttempts = 5
 // a Record in state Absent; otherwise a zero Claim and the record that
 // holds the key.
 func (s *Postgres) Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error) {
-	if err := ctx.Err(); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	if err := checkClaim(ctx, key, lease); err != nil {
+		return Claim{}, Record{}, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -208,7 +205,7 @@ func (s *Postgres) Claim(ctx context.Context, key string, lease time.Duration) (
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	tok := newToken()
-	won, rec, err := s.claimOnce(ctx, key, s.sql.claim, key, tok[:], micros(lease))
+	won, rec, err := s.claimOnce(ctx, s.sql.claim, key, tok[:], micros(lease))
 	if err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
@@ -220,7 +217,7 @@ func (s *Postgres) Claim(ctx context.Context, key string, lease time.Duration) (
 
 // claimOnce runs a claiming statement (a claim or an enqueue) until it
 // answers with a row: won, or the record in the way.
-func (s *Postgres) claimOnce(ctx context.Context, key, sql string, args ...any) (bool, Record, error) {
+func (s *Postgres) claimOnce(ctx context.Context, sql string, args ...any) (bool, Record, error) {
 	for range claimAttempts {
 		var won bool
 		var rec pgRecord
@@ -262,15 +259,12 @@ func (s *Postgres) Complete(ctx context.Context, c Claim, res Result, ttl time.D
 // now, so a write that failed for a reason that passes is retried (see
 // retry).
 func (s *Postgres) owned(ctx context.Context, op, key, token, sql string, args ...any) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
-	}
-	tok, ok := parseToken(token)
-	if !ok {
-		return fmt.Errorf("dedup: %s %s: %w", op, key, ErrNotOwner)
+	tok, err := checkOwned(ctx, op, key, token)
+	if err != nil {
+		return err
 	}
 	args = append([]any{key, tok[:]}, args...)
-	err := retry(ctx, pgTransient, func(ctx context.Context) error {
+	err = retry(ctx, pgTransient, func(ctx context.Context) error {
 		ctx, cancel := s.bound(ctx)
 		defer cancel()
 		tag, err := s.pool.Exec(ctx, sql, args...)
@@ -312,12 +306,9 @@ func resultColumns(res Result) (status int32, fingerprint []byte, contentType *s
 // Release deletes c's in-flight record so the event can be claimed again.
 // If c no longer owns its key it returns ErrNotOwner and changes nothing.
 func (s *Postgres) Release(ctx context.Context, c Claim) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
-	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
+	tok, err := checkOwned(ctx, "release", c.Key, c.Token)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

@@ -124,7 +124,7 @@ func (s *Postgres) Enqueue(ctx context.Context, key string, req Request) (bool, 
 	if err := s.checkedOwner(ctx); err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
-	won, rec, err := s.claimOnce(ctx, key, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
+	won, rec, err := s.claimOnce(ctx, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
 		req.RemoteAddr, req.TLS, body, s.sql.notify)
 	if err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
@@ -323,12 +323,8 @@ func (s *Postgres) listen(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !sleep(ctx, pause) {
 				return
-			case <-t.C:
 			}
 			pause = min(2*pause, 5*time.Second)
 		}

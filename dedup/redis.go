@@ -42,7 +42,6 @@ var (
 // redis.UniversalClient all satisfy it.
 type Client interface {
 	redis.Scripter
-	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Ping(ctx context.Context) *redis.StatusCmd
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
@@ -118,11 +117,8 @@ func (s *Redis) Close() error {
 // Claim and the record that holds the key. A claim too few replicas
 // acknowledged is given up again and reported as an error.
 func (s *Redis) Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error) {
-	if err := ctx.Err(); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
-	}
-	if err := checkDuration("lease", lease); err != nil {
-		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	if err := checkClaim(ctx, key, lease); err != nil {
+		return Claim{}, Record{}, err
 	}
 	if err := s.checkedOwner(ctx); err != nil {
 		return Claim{}, Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
@@ -257,12 +253,9 @@ func flagsRefused(err error) bool {
 // Release deletes c's in-flight record so the event can be claimed again.
 // If c no longer owns its key it returns ErrNotOwner and changes nothing.
 func (s *Redis) Release(ctx context.Context, c Claim) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
-	}
-	tok, ok := parseToken(c.Token)
-	if !ok {
-		return fmt.Errorf("dedup: release %s: %w", c.Key, ErrNotOwner)
+	tok, err := checkOwned(ctx, "release", c.Key, c.Token)
+	if err != nil {
+		return err
 	}
 	octx, cancel := s.bound(ctx)
 	defer cancel()
@@ -415,12 +408,8 @@ func (s *Redis) releaseLate(key string, tok [tokenLen]byte, lease time.Duration)
 			case errors.Is(err, redis.ErrClosed):
 				return
 			}
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !sleep(ctx, pause) {
 				return
-			case <-t.C:
 			}
 			pause = min(2*pause, time.Second)
 		}
@@ -523,12 +512,8 @@ func retry(ctx context.Context, transient func(error) bool, op func(ctx context.
 	last := err
 	pause := 20 * time.Millisecond
 	for {
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, pause) {
 			return fmt.Errorf("%w; gave up: %w", last, ctx.Err())
-		case <-t.C:
 		}
 		err := op(ctx)
 		switch {

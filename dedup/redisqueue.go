@@ -193,7 +193,7 @@ func (s *Redis) Enqueue(ctx context.Context, key string, req Request) (bool, Rec
 		if err := s.replicateQueued(ctx, c, replicate); err != nil {
 			// Take it back: a 503 must leave nothing queued.
 			_ = queueUndoScript.Run(ctx, c, s.queue.settleKeys(key), queueGroup, key, qtok).Err()
-			_ = releaseScript.Run(ctx, s.scripts, []string{key}, asyncMarker).Err()
+			_ = s.clearMarker(ctx, key)
 			return err
 		}
 		return nil
@@ -373,11 +373,8 @@ func str(v any) string {
 // settle runs queue_settle.lua for d with the outcome's arguments.
 func (s *Redis) settle(ctx context.Context, op string, d Delivery, args ...any) error {
 	key := d.Claim.Key
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
-	}
-	if _, ok := parseToken(d.Claim.Token); !ok {
-		return fmt.Errorf("dedup: %s %s: %w", op, key, ErrNotOwner)
+	if _, err := checkOwned(ctx, op, key, d.Claim.Token); err != nil {
+		return err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -616,9 +613,7 @@ func (s *Redis) clearMarker(ctx context.Context, key string) error {
 
 // configGet reads one setting with CONFIG GET, whose answer is a map
 // (RESP3) or a flat list of names and values (RESP2).
-func configGet(ctx context.Context, c interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
-}, name string) (string, error) {
+func configGet(ctx context.Context, c Client, name string) (string, error) {
 	v, err := c.Do(ctx, "CONFIG", "GET", name).Result()
 	if err != nil {
 		return "", err

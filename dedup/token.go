@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -36,6 +37,18 @@ func checkDuration(what string, d time.Duration) error {
 		return fmt.Errorf("%s must be positive, got %s", what, d)
 	}
 	return nil
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // millis is d in whole milliseconds, rounded up so that a positive
