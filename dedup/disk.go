@@ -49,8 +49,9 @@ type Disk struct {
 	// for the benchmark that shows what batching saves.
 	unbatched bool
 
-	stop      chan struct{}
-	done      chan struct{}
+	// stop ends the sweep of expired records; done waits for it.
+	stop      context.CancelFunc
+	done      sync.WaitGroup
 	closeOnce sync.Once
 }
 
@@ -105,8 +106,9 @@ func openDisk(dir string, sweepEvery time.Duration) (*Disk, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
 	}
-	d := &Disk{db: db, stop: make(chan struct{}), done: make(chan struct{})}
-	go d.sweeper(sweepEvery)
+	ctx, stop := context.WithCancel(context.Background())
+	d := &Disk{db: db, stop: stop}
+	d.done.Go(func() { every(ctx, sweepEvery, func() bool { _ = d.sweep(); return false }) })
 	return d, nil
 }
 
@@ -114,25 +116,11 @@ func openDisk(dir string, sweepEvery time.Duration) (*Disk, error) {
 func (d *Disk) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
-		close(d.stop)
-		<-d.done
+		d.stop()
+		d.done.Wait()
 		err = d.db.Close()
 	})
 	return err
-}
-
-func (d *Disk) sweeper(every time.Duration) {
-	defer close(d.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-			_ = d.sweep()
-		}
-	}
 }
 
 // sweep deletes the expired records, diskSweepBatch per transaction.
@@ -564,9 +552,13 @@ func (d *Disk) Take(ctx context.Context, n int, lease time.Duration) ([]Delivery
 	return out, nil
 }
 
-// settle changes the async record dl holds, if dl still holds it: change
-// gets the record and returns its next state and expiry.
-func (d *Disk) settle(ctx context.Context, op string, dl Delivery, change func(a asyncRecord, now time.Time) (asyncRecord, int64, error)) error {
+// settle ends dl's attempt, if dl still holds its event: the record drops
+// dl's token and keeps the attempt's status and reason, and change sets
+// the rest of its next state and returns its expiry.
+func (d *Disk) settle(ctx context.Context, op string, dl Delivery, status int, reason string, change func(next *asyncRecord, now time.Time) (expires int64)) error {
+	if err := checkResult(Result{Status: status}); err != nil {
+		return fmt.Errorf("dedup: %s %s: %w", op, dl.Claim.Key, err)
+	}
 	tok, err := checkOwned(ctx, op, dl.Claim.Key, dl.Claim.Token)
 	if err != nil {
 		return err
@@ -583,10 +575,10 @@ func (d *Disk) settle(ctx context.Context, op string, dl Delivery, change func(a
 		if err != nil || a.state != Delivering || a.token != tok {
 			return ErrNotOwner
 		}
-		next, expires, err := change(a, now)
-		if err != nil {
-			return err
-		}
+		next := a
+		next.token = [tokenLen]byte{}
+		next.lastStatus, next.lastError = status, reason
+		expires := change(&next, now)
 		if next.state == Completed {
 			_ = b.requests.Delete(key)
 		}
@@ -603,33 +595,18 @@ func (d *Disk) Succeed(ctx context.Context, dl Delivery, res Result, ttl time.Du
 	if err := checkDuration("ttl", ttl); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", dl.Claim.Key, err)
 	}
-	if err := checkResult(res); err != nil {
-		return fmt.Errorf("dedup: succeed %s: %w", dl.Claim.Key, err)
-	}
-	return d.settle(ctx, "succeed", dl, func(a asyncRecord, now time.Time) (asyncRecord, int64, error) {
-		a.state = Completed
-		a.token = [tokenLen]byte{}
-		a.at = 0
-		a.lastStatus = res.Status
-		a.lastError = ""
-		a.result = res
-		a.completed = now.Unix()
-		return a, now.Add(ttl).UnixMilli(), nil
+	return d.settle(ctx, "succeed", dl, res.Status, "", func(a *asyncRecord, now time.Time) int64 {
+		a.state, a.at = Completed, 0
+		a.result, a.completed = res, now.Unix()
+		return now.Add(ttl).UnixMilli()
 	})
 }
 
 // Retry gives dl back to the queue, due again at next.
 func (d *Disk) Retry(ctx context.Context, dl Delivery, next time.Time, status int, reason string) error {
-	if err := checkResult(Result{Status: status}); err != nil {
-		return fmt.Errorf("dedup: retry %s: %w", dl.Claim.Key, err)
-	}
-	return d.settle(ctx, "retry", dl, func(a asyncRecord, _ time.Time) (asyncRecord, int64, error) {
-		a.state = Queued
-		a.token = [tokenLen]byte{}
-		a.at = next.UnixMilli()
-		a.lastStatus = status
-		a.lastError = reason
-		return a, 0, nil
+	return d.settle(ctx, "retry", dl, status, reason, func(a *asyncRecord, _ time.Time) int64 {
+		a.state, a.at = Queued, next.UnixMilli()
+		return 0
 	})
 }
 
@@ -638,16 +615,9 @@ func (d *Disk) Fail(ctx context.Context, dl Delivery, status int, reason string,
 	if err := checkDuration("keep", keep); err != nil {
 		return fmt.Errorf("dedup: fail %s: %w", dl.Claim.Key, err)
 	}
-	if err := checkResult(Result{Status: status}); err != nil {
-		return fmt.Errorf("dedup: fail %s: %w", dl.Claim.Key, err)
-	}
-	return d.settle(ctx, "fail", dl, func(a asyncRecord, now time.Time) (asyncRecord, int64, error) {
-		a.state = Failed
-		a.token = [tokenLen]byte{}
-		a.at = now.UnixMilli()
-		a.lastStatus = status
-		a.lastError = reason
-		return a, now.Add(keep).UnixMilli(), nil
+	return d.settle(ctx, "fail", dl, status, reason, func(a *asyncRecord, now time.Time) int64 {
+		a.state, a.at = Failed, now.UnixMilli()
+		return now.Add(keep).UnixMilli()
 	})
 }
 
