@@ -84,20 +84,9 @@ func storeCommand(ctx context.Context, cmd string, args []string, environ map[st
 	if environ["ADMIN_TOKEN"] != "" {
 		return adminCommand(ctx, cmd, args[0], args[1], environ, stdout)
 	}
-	cfg, err := config.LoadForStore(environ)
+	cfg, st, err := openStoreForCommand(environ, "ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API, since the embedded store lives inside that process; or configure the shared store (REDIS_URL, DATABASE_URL, …) to reach it directly", false)
 	if err != nil {
-		return usageError(fmt.Errorf("configuration:\n%w", err))
-	}
-	if cfg.Store.Kind == config.StoreMemory {
-		return usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API, since the embedded store lives inside that process; or configure the shared store (REDIS_URL, DATABASE_URL, …) to reach it directly"))
-	}
-	// The one line that says the store is unreachable is this command's
-	// error; go-redis's own log of each failed dial would bury it.
-	redis.SetLogger(newRedisLogger(zap.NewNop()))
-	cfg.DatabaseAutoMigrate = false // inspect and forget read and delete; they create no tables
-	st, err := openStore(cfg, zap.NewNop(), prometheus.NewRegistry())
-	if err != nil {
-		return usageError(err)
+		return err
 	}
 	defer st.Close()
 	ns, id := args[0], args[1]
@@ -124,38 +113,20 @@ func storeCommand(ctx context.Context, cmd string, args []string, environ map[st
 
 // adminCommand runs inspect or forget through the admin API at ADMIN_ADDR.
 func adminCommand(ctx context.Context, cmd, ns, id string, environ map[string]string, stdout io.Writer) error {
-	base, err := adminURL(environ)
-	if err != nil {
-		return usageError(err)
-	}
 	method := http.MethodGet
 	if cmd == "forget" {
 		method = http.MethodDelete
 	}
-	u := base + "/v1/events/" + url.PathEscape(ns) + "/" + url.PathEscape(id)
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+environ["ADMIN_TOKEN"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("admin API at %s: %w", base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("admin API at %s: %w", base, err)
-	}
+	body, err := adminRequest(ctx, method, "/v1/events/"+url.PathEscape(ns)+"/"+url.PathEscape(id), environ)
+	var nf *adminNotFoundError
 	switch {
-	case resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), "no record"):
+	case errors.Is(err, dedup.ErrNotFound):
 		return fmt.Errorf("no record for %s %s", ns, id)
-	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("admin API at %s: not enabled there (the proxy has no ADMIN_TOKEN)", base)
-	case resp.StatusCode == http.StatusUnauthorized:
-		return usageError(errors.New("ADMIN_TOKEN: the admin API refused it"))
-	case resp.StatusCode >= 300:
-		return fmt.Errorf("admin API at %s answered %s: %s", base, resp.Status, strings.TrimSpace(string(body)))
+	case errors.As(err, &nf):
+		// The events API answers a plain 404 only when it is off.
+		return fmt.Errorf("admin API at %s: not enabled there (the proxy has no ADMIN_TOKEN)", nf.base)
+	case err != nil:
+		return err
 	case cmd == "forget":
 		_, err = fmt.Fprintf(stdout, "forgot %s %s\n", ns, id)
 	default:
@@ -164,28 +135,41 @@ func adminCommand(ctx context.Context, cmd, ns, id string, environ map[string]st
 	return err
 }
 
+// openStoreForCommand opens the configured shared store for a command run
+// without ADMIN_TOKEN. The embedded in-memory store lives inside the
+// running proxy, out of reach: memoryErr says so. With needQueue, a store
+// that keeps no async queue is refused before it is opened.
+func openStoreForCommand(environ map[string]string, memoryErr string, needQueue bool) (*config.Config, store, error) {
+	cfg, err := config.LoadForStore(environ)
+	if err != nil {
+		return nil, nil, usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	if cfg.Store.Kind == config.StoreMemory {
+		return nil, nil, usageError(errors.New(memoryErr))
+	}
+	if needQueue && !cfg.Store.Kind.SupportsAsync() {
+		return nil, nil, usageError(fmt.Errorf("%s: the %s store keeps no async queue", cfg.Store.Variable, cfg.Store.Kind))
+	}
+	// The one line that says the store is unreachable is this command's
+	// error; go-redis's own log of each failed dial would bury it.
+	redis.SetLogger(newRedisLogger(zap.NewNop()))
+	cfg.DatabaseAutoMigrate = false // the commands read, delete and requeue; they create no tables
+	st, err := openStore(cfg, zap.NewNop(), prometheus.NewRegistry())
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	return cfg, st, nil
+}
+
 // openQueueForCommand opens the configured shared store's async queue, for
 // the dead-letter commands run without ADMIN_TOKEN.
 func openQueueForCommand(environ map[string]string) (*config.Config, dedup.Queue, func() error, error) {
-	cfg, err := config.LoadForStore(environ)
+	cfg, st, err := openStoreForCommand(environ, "ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API; or configure the shared store (REDIS_URL, …) to reach it directly", true)
 	if err != nil {
-		return nil, nil, nil, usageError(fmt.Errorf("configuration:\n%w", err))
+		return nil, nil, nil, err
 	}
-	if cfg.Store.Kind == config.StoreMemory {
-		return nil, nil, nil, usageError(errors.New("ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API; or configure the shared store (REDIS_URL, …) to reach it directly"))
-	}
-	redis.SetLogger(newRedisLogger(zap.NewNop()))
-	cfg.DatabaseAutoMigrate = false // reading and requeueing create no tables
-	st, err := openStore(cfg, zap.NewNop(), prometheus.NewRegistry())
-	if err != nil {
-		return nil, nil, nil, usageError(err)
-	}
-	q, ok := st.(dedup.Queue)
-	if !ok {
-		st.Close()
-		return nil, nil, nil, usageError(fmt.Errorf("%s: the %s store keeps no async queue", cfg.Store.Variable, cfg.Store.Kind))
-	}
-	return cfg, q, st.Close, nil
+	// Every store kind that SupportsAsync keeps a queue.
+	return cfg, st.(dedup.Queue), st.Close, nil
 }
 
 // deadLettersCommand prints every dead letter in one JSON document, as
@@ -269,7 +253,8 @@ func retryCommand(ctx context.Context, args []string, environ map[string]string,
 
 // adminRequest calls the running proxy's admin API at ADMIN_ADDR with
 // ADMIN_TOKEN and returns the body of a 2xx answer. A 404 "no record" and
-// a 409 come back as dedup.ErrNotFound and dedup.ErrNotFailed.
+// a 409 come back as dedup.ErrNotFound and dedup.ErrNotFailed, another 404
+// as an *adminNotFoundError.
 func adminRequest(ctx context.Context, method, path string, environ map[string]string) ([]byte, error) {
 	base, err := adminURL(environ)
 	if err != nil {
@@ -295,7 +280,7 @@ func adminRequest(ctx context.Context, method, path string, environ map[string]s
 	case resp.StatusCode == http.StatusConflict:
 		return nil, dedup.ErrNotFailed
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("admin API at %s: %s", base, strings.TrimSpace(string(body)))
+		return nil, &adminNotFoundError{base: base, body: strings.TrimSpace(string(body))}
 	case resp.StatusCode == http.StatusUnauthorized:
 		return nil, usageError(errors.New("ADMIN_TOKEN: the admin API refused it"))
 	case resp.StatusCode >= 300:
@@ -303,3 +288,9 @@ func adminRequest(ctx context.Context, method, path string, environ map[string]s
 	}
 	return body, nil
 }
+
+// adminNotFoundError is a 404 from the admin API other than "no record":
+// the API is off (no ADMIN_TOKEN there), or the path is (no async route).
+type adminNotFoundError struct{ base, body string }
+
+func (e *adminNotFoundError) Error() string { return "admin API at " + e.base + ": " + e.body }

@@ -75,13 +75,10 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return err
 	}
 	var handler *proxy.Handler
-	queue, workers, err := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration) {
+	queue, workers := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration) {
 		return handler.Settlement(r)
 	})
-	if err != nil {
-		return usageError(err)
-	}
-	enqueued := func() {}
+	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
 	}
@@ -111,12 +108,10 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
+	// queue is a nil interface without async routes, and so is DeadLetters.
+	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, DeadLetters: queue, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
 	if cfg.ReadyCheckUpstream {
 		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
-	}
-	if queue != nil {
-		adminCfg.DeadLetters = queue
 	}
 	adm := admin.New(adminCfg)
 
@@ -361,15 +356,12 @@ func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Lo
 // store's queue, the workers and their metrics. Without async routes it
 // returns nils.
 func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log *zap.Logger,
-	settlement func(*http.Request) (string, time.Duration)) (dedup.Queue, *delivery.Workers, error) {
+	settlement func(*http.Request) (string, time.Duration)) (dedup.Queue, *delivery.Workers) {
 	if !cfg.AsyncRoutes() {
-		return nil, nil, nil
+		return nil, nil
 	}
-	queue, ok := st.(dedup.Queue)
-	if !ok {
-		// config.checkAsyncStore lets only stores that keep a queue through.
-		return nil, nil, fmt.Errorf("DELIVERY: async delivery needs a store that keeps a queue; the %s store keeps none", cfg.Store.Kind)
-	}
+	// config.checkAsyncStore lets only stores that keep a queue through.
+	queue := st.(dedup.Queue)
 	dlog := log.Named("delivery")
 	workers := delivery.New(delivery.Config{
 		Queue:           queue,
@@ -389,18 +381,12 @@ func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log 
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, queue, dlog),
 	})
-	var async []string
-	for _, r := range cfg.RouteSpecs {
-		if r.Delivery == proxy.AsyncDelivery {
-			async = append(async, r.Path)
-		}
-	}
-	log.Info("async delivery", zap.Strings("routes", async), zap.Int("concurrency", cfg.DeliveryConcurrency),
+	log.Info("async delivery", zap.Strings("routes", cfg.AsyncPaths()), zap.Int("concurrency", cfg.DeliveryConcurrency),
 		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
 	if dc, ok := behindCache(st).(durabilityChecker); ok {
 		logDurability(dc, log)
 	}
-	return queue, workers, nil
+	return queue, workers
 }
 
 // durabilityChecker is a store that can say whether its configuration

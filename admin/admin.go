@@ -31,8 +31,13 @@ type Store interface {
 // DeadLetters is what the dead-letter API needs of the store's async queue
 // (dedup.Queue).
 type DeadLetters interface {
-	DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error)
+	DeadLetterLister
 	Requeue(ctx context.Context, key string) error
+}
+
+// DeadLetterLister is what ListDeadLetters needs of a store.
+type DeadLetterLister interface {
+	DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error)
 }
 
 // Config configures the admin handler.
@@ -61,7 +66,9 @@ const pingTimeout = 2 * time.Second
 
 // Server is the admin handler.
 type Server struct {
-	cfg      Config
+	cfg Config
+	// tokenSum is the SHA-256 of cfg.Token, which hasToken compares with.
+	tokenSum [sha256.Size]byte
 	draining atomic.Bool
 	// unready is set while /readyz answers 503 for the store, so that the
 	// failure is logged when it starts rather than at every probe.
@@ -74,7 +81,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, tokenSum: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -157,10 +164,9 @@ func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
 // hashed so that the constant-time comparison does not leak the token's
 // length either.
 func (s *Server) hasToken(r *http.Request) bool {
-	want := sha256.Sum256([]byte(s.cfg.Token))
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	got := sha256.Sum256([]byte(token))
-	return strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	return strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
 }
 
 func notFound(w http.ResponseWriter, _ *http.Request) {
@@ -306,11 +312,6 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
-}
-
-// DeadLetterLister is what ListDeadLetters needs of a store.
-type DeadLetterLister interface {
-	DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error)
 }
 
 // ListDeadLetters reads one page of dead letters, each named by namespace

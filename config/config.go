@@ -372,13 +372,18 @@ func (c *Config) completeDelivery(bad func(name, format string, args ...any)) {
 }
 
 // AsyncRoutes reports whether any route delivers in the background.
-func (c *Config) AsyncRoutes() bool {
+func (c *Config) AsyncRoutes() bool { return len(c.AsyncPaths()) > 0 }
+
+// AsyncPaths lists the paths of the routes that deliver in the
+// background, in ROUTES order; nil when there are none.
+func (c *Config) AsyncPaths() []string {
+	var paths []string
 	for _, r := range c.RouteSpecs {
 		if r.Delivery == proxy.AsyncDelivery {
-			return true
+			paths = append(paths, r.Path)
 		}
 	}
-	return false
+	return paths
 }
 
 // ProviderOptions is what the providers package needs to build sources.

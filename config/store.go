@@ -5,8 +5,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
 // StoreKind names the store that keeps the records.
@@ -116,18 +114,13 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 // lost at the next restart. A route's ";async" is held to the same rule
 // as DELIVERY=async, and the error names the routes.
 func (c *Config) checkAsyncStore(bad func(name, format string, args ...any)) {
-	if !c.AsyncRoutes() {
+	routes := c.AsyncPaths()
+	if len(routes) == 0 {
 		return
 	}
 	err := c.Store.AsyncError("DELIVERY")
 	if err == nil {
 		return
-	}
-	var routes []string
-	for _, r := range c.RouteSpecs {
-		if r.Delivery == proxy.AsyncDelivery {
-			routes = append(routes, r.Path)
-		}
 	}
 	msg := strings.TrimPrefix(err.Error(), "DELIVERY: ")
 	bad("DELIVERY", "%s (async routes: %s)", msg, strings.Join(routes, ", "))
