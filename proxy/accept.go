@@ -23,10 +23,7 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		Header:     r.Header,
 		RemoteAddr: r.RemoteAddr,
 		TLS:        r.TLS != nil,
-		Body:       wh.body,
-	}
-	if req.Body == nil {
-		req.Body = []byte{}
+		Body:       wh.body, // never nil: read whole, even when empty
 	}
 	// The store call runs on the Handler's own context, as a claim does
 	// (the store bounds each call): a sender's hang-up never cuts it off

@@ -51,7 +51,7 @@ func (h *Handler) duplicate(w http.ResponseWriter, wh *webhook, rec dedup.Record
 // mismatch reports, and counts, a duplicate of a completed event whose body
 // differs from the original's (in shadow mode too, where it is forwarded).
 func (h *Handler) mismatch(wh *webhook, rec dedup.Record) bool {
-	if wh.body == nil || !rec.Result.KnownBody() || rec.Result.SameBody(fingerprint(wh.body)) {
+	if wh.body == nil || !rec.Result.KnownBody() || rec.Result.SameBody(wh.bodySum()) {
 		return false
 	}
 	h.m.payloadMismatch.WithLabelValues(wh.route.Path).Inc()

@@ -96,26 +96,35 @@ func (c *copyBufferPool) Put(b []byte) {
 	c.p.Put(&b)
 }
 
-// hashingBody fingerprints a body as it streams to the upstream. The
+// hashingBody follows a body as it streams to the upstream: whether it was
+// read to its end or broke off, and, when asked to, its fingerprint. The
 // transport reads it on its own goroutine, possibly still after the answer
 // arrived, hence the lock.
 type hashingBody struct {
 	io.ReadCloser
 	mu   sync.Mutex
-	h    hash.Hash
-	left int64 // bytes still to come when the length is known, else -1
-	done bool  // the body was read to its end
-	err  error // the sender's body broke off (hung up, too slow)
+	h    hash.Hash // nil when the fingerprint is not wanted
+	left int64     // bytes still to come when the length is known, else -1
+	done bool      // the body was read to its end
+	err  error     // the sender's body broke off (hung up, too slow)
 }
 
-func newHashingBody(body io.ReadCloser, length int64) *hashingBody {
-	return &hashingBody{ReadCloser: body, h: sha256.New(), left: length}
+// newHashingBody follows body, of length (-1 when unknown), fingerprinting
+// it when hash is set.
+func newHashingBody(body io.ReadCloser, length int64, hash bool) *hashingBody {
+	b := &hashingBody{ReadCloser: body, left: length}
+	if hash {
+		b.h = sha256.New()
+	}
+	return b
 }
 
 func (b *hashingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.mu.Lock()
-	b.h.Write(p[:n])
+	if b.h != nil {
+		b.h.Write(p[:n])
+	}
 	if b.left >= 0 {
 		b.left -= int64(n)
 	}
@@ -136,11 +145,12 @@ func (b *hashingBody) readError() error {
 }
 
 // sum returns the fingerprint of the whole body, or false when the upstream
-// answered before the body was read to its end (the fingerprint is unknown).
+// answered before the body was read to its end (the fingerprint is unknown),
+// or when it was not fingerprinted.
 func (b *hashingBody) sum() (fp [32]byte, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.done {
+	if !b.done || b.h == nil {
 		return fp, false
 	}
 	b.h.Sum(fp[:0])

@@ -56,16 +56,20 @@ func Rewrite(upstream *url.URL) func(*httputil.ProxyRequest) {
 
 // forwarding is one webhook on its way to the upstream and back. It is the
 // ResponseWriter the upstream's answer is relayed through, marking it with
-// its outcome, and it rides in the upstream request's context (under
-// forwardingKey) to the hooks ReverseProxy calls with the request or the
-// answer alone: settle finds the lease there, upstreamError records why no
-// answer came.
+// its outcome, and it rides in the upstream request's context (ctx, found
+// under forwardingKey) to the hooks ReverseProxy calls with the request or
+// the answer alone: settle finds the lease there, upstreamError records why
+// no answer came.
 type forwarding struct {
 	http.ResponseWriter
+	// ctx is the upstream request's context, which carries the forwarding.
+	ctx fwdCtx
+	// wh is the webhook forwarded.
+	wh *webhook
 	// lease is the claim the webhook holds; nil when forwarded unchecked.
 	lease *Lease
-	// body is the buffered body; nil when it streams through hasher.
-	body   []byte
+	// hasher tracks a streamed body (and fingerprints it when there is a
+	// lease); nil when the body is buffered (wh.body) or empty.
 	hasher *hashingBody
 	// outcome marks the answer; upstreamError replaces it.
 	outcome string
@@ -76,6 +80,21 @@ type forwarding struct {
 }
 
 type forwardingKey struct{}
+
+// fwdCtx is the upstream request's context: it holds its forwarding under
+// forwardingKey, as context.WithValue would, without allocating a context
+// of its own (it lives inside the forwarding).
+type fwdCtx struct {
+	context.Context
+	f *forwarding
+}
+
+func (c *fwdCtx) Value(key any) any {
+	if key == (forwardingKey{}) {
+		return c.f
+	}
+	return c.Context.Value(key)
+}
 
 func forwardingFrom(ctx context.Context) *forwarding {
 	f, _ := ctx.Value(forwardingKey{}).(*forwarding)
@@ -108,8 +127,8 @@ func (f *forwarding) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 // fingerprint is the body's, or zero (unknown) when the upstream answered
 // before a streamed body was read to its end.
 func (f *forwarding) fingerprint() [32]byte {
-	if f.body != nil {
-		return fingerprint(f.body)
+	if f.wh.body != nil {
+		return f.wh.bodySum()
 	}
 	if f.hasher != nil {
 		fp, _ := f.hasher.sum()
@@ -132,10 +151,11 @@ func (f *forwarding) fingerprint() [32]byte {
 // ends the upstream request: the app never got a complete request, and
 // the lease is released.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, wh *webhook, outcome string, l *Lease) result {
-	wh.fwd = forwarding{ResponseWriter: w, lease: l, body: wh.body, outcome: outcome}
+	wh.fwd = forwarding{ResponseWriter: w, wh: wh, lease: l, outcome: outcome}
 	f := &wh.fwd
 	if wh.body == nil && r.Body != nil && r.Body != http.NoBody {
-		f.hasher = newHashingBody(r.Body, r.ContentLength)
+		// Only a lease's completion reads the fingerprint (settle).
+		f.hasher = newHashingBody(r.Body, r.ContentLength, l != nil)
 		r.Body = f.hasher
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.UpstreamTimeout)
@@ -147,7 +167,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, wh *webhook, o
 		defer func() { _ = l.Release(ctx) }()
 	}
 	start := time.Now()
-	aborted := h.relay(f, r.WithContext(context.WithValue(ctx, forwardingKey{}, f)))
+	f.ctx = fwdCtx{Context: ctx, f: f}
+	aborted := h.relay(f, r.WithContext(&f.ctx))
 	res := result{status: f.status, outcome: f.outcome, err: f.err, upstream: time.Since(start), aborted: aborted}
 	h.m.upstream.Observe(res.upstream.Seconds())
 	if l != nil {

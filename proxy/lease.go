@@ -130,16 +130,18 @@ func (l *Lease) settle(ctx context.Context, op string, do func(context.Context) 
 	start := time.Now()
 	err := do(ctx)
 	l.took = time.Since(start)
+	// A lease lost is the store answering, not failing: not a store error.
+	lost, failed := errors.Is(err, dedup.ErrNotOwner), err
+	if lost {
+		failed = nil
+	}
+	l.ls.m.observeStore(op, start, failed)
 	switch {
-	case errors.Is(err, dedup.ErrNotOwner):
-		l.ls.m.observeStore(op, start, nil)
+	case lost:
 		l.ls.m.leaseLost.Inc()
 		l.err = fmt.Errorf("lease expired before %s: the event may be forwarded again: %w", op, err)
 	case err != nil:
-		l.ls.m.observeStore(op, start, err)
 		l.err = fmt.Errorf("%s failed: the claim stays until its lease expires: %w", op, err)
-	default:
-		l.ls.m.observeStore(op, start, nil)
 	}
 	return l.err
 }

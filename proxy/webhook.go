@@ -22,6 +22,9 @@ type webhook struct {
 	// not fingerprinted.
 	bodyKey string
 	body    []byte // nil when the body streams
+	// sum is body's fingerprint once summed (bodySum).
+	sum    [32]byte
+	summed bool
 	// replay hands the buffered body on; unused when the body streams.
 	replay replayBody
 	// fwd relays the upstream's answer, once the webhook is forwarded.
@@ -120,6 +123,16 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 	return h.claimAndForward(w, r, wh)
 }
 
+// bodySum is the fingerprint of the buffered body, hashed the first time it
+// is asked for: the body's key, a duplicate's mismatch and the completed
+// record all use the one sum.
+func (wh *webhook) bodySum() [32]byte {
+	if !wh.summed {
+		wh.sum, wh.summed = fingerprint(wh.body), true
+	}
+	return wh.sum
+}
+
 // setBody hands a body read into memory on to the upstream.
 func (wh *webhook) setBody(r *http.Request, body []byte) {
 	wh.body = body
@@ -184,16 +197,10 @@ const inflightPoll = 50 * time.Millisecond
 func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time) (dedup.Record, error) {
 	var timer *time.Timer
 	for {
-		start := time.Now()
-		rec, err := h.cfg.Store.Lookup(ctx, key)
-		if errors.Is(err, dedup.ErrNotFound) {
-			h.m.observeStore(opLookup, start, nil)
-			return dedup.Record{State: dedup.Absent}, nil
+		rec, err := h.lookup(ctx, key)
+		if g, ok := err.(lookupGone); ok {
+			return rec, g.ctxErr // the sender is gone, not the store
 		}
-		if err != nil && ctx.Err() != nil {
-			return rec, ctx.Err() // the sender is gone, not the store
-		}
-		h.m.observeStore(opLookup, start, err)
 		if err != nil || rec.State != dedup.InFlight {
 			return rec, err
 		}
@@ -220,19 +227,13 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 // seenBody answers a duplicate when the same body was already completed
 // (DEDUP_BODY_FINGERPRINT), and reports whether it answered.
 func (h *Handler) seenBody(w http.ResponseWriter, r *http.Request, wh *webhook) (result, bool) {
-	start := time.Now()
-	rec, err := h.cfg.Store.Lookup(r.Context(), wh.bodyKey)
-	switch {
-	case errors.Is(err, dedup.ErrNotFound):
-		h.m.observeStore(opLookup, start, nil)
-		return result{}, false
-	case err != nil && r.Context().Err() != nil:
-		return h.senderGone(w, wh, err), true // the sender's hang-up cancelled the lookup
-	case err != nil:
-		h.m.observeStore(opLookup, start, err)
+	rec, err := h.lookup(r.Context(), wh.bodyKey)
+	if g, ok := err.(lookupGone); ok {
+		return h.senderGone(w, wh, g.err), true // the sender's hang-up cancelled the lookup
+	}
+	if err != nil {
 		return h.storeUnavailable(w, r, wh, err), true
 	}
-	h.m.observeStore(opLookup, start, nil)
 	switch {
 	case rec.State != dedup.Completed:
 		return result{}, false
@@ -242,12 +243,38 @@ func (h *Handler) seenBody(w http.ResponseWriter, r *http.Request, wh *webhook) 
 	return h.duplicate(w, wh, rec), true
 }
 
+// lookupGone is a lookup that failed because the sender's hang-up cancelled
+// it: err is the store's error, ctxErr the context's.
+type lookupGone struct{ err, ctxErr error }
+
+func (g lookupGone) Error() string { return g.err.Error() }
+func (g lookupGone) Unwrap() error { return g.err }
+
+// lookup reads key's record, counted in the store metrics: a key not found
+// is Absent, and a lookup the sender's hang-up cut short is not the store's
+// failure, so it is not counted and comes back as a lookupGone.
+func (h *Handler) lookup(ctx context.Context, key string) (dedup.Record, error) {
+	start := time.Now()
+	rec, err := h.cfg.Store.Lookup(ctx, key)
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+		rec, err = dedup.Record{State: dedup.Absent}, nil
+	case err != nil:
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return rec, lookupGone{err: err, ctxErr: ctxErr}
+		}
+	}
+	h.m.observeStore(opLookup, start, err)
+	return rec, err
+}
+
 // bodyKey is the key of the body's fingerprint, or "" when bodies are not
-// fingerprinted (or the body streams). '#' never occurs in a route path or
-// preset name, so it cannot collide with an event ID key.
+// fingerprinted. BodyFingerprint has every body read into memory
+// (handleWebhook), so there is one to fingerprint. '#' never occurs in a
+// route path or preset name, so it cannot collide with an event ID key.
 func (h *Handler) bodyKey(wh *webhook) string {
-	if !h.cfg.BodyFingerprint || wh.body == nil {
+	if !h.cfg.BodyFingerprint {
 		return ""
 	}
-	return dedup.BodyKey(h.cfg.KeyPrefix, wh.ext.Namespace, fingerprint(wh.body))
+	return dedup.BodyKey(h.cfg.KeyPrefix, wh.ext.Namespace, wh.bodySum())
 }
