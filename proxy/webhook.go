@@ -197,9 +197,9 @@ const inflightPoll = 50 * time.Millisecond
 func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time) (dedup.Record, error) {
 	var timer *time.Timer
 	for {
-		rec, err := h.lookup(ctx, key)
-		if g, ok := err.(lookupGone); ok {
-			return rec, g.ctxErr // the sender is gone, not the store
+		rec, gone, err := h.lookup(ctx, key)
+		if gone {
+			return rec, ctx.Err() // the sender is gone, not the store
 		}
 		if err != nil || rec.State != dedup.InFlight {
 			return rec, err
@@ -227,9 +227,9 @@ func (h *Handler) awaitOutcome(ctx context.Context, key string, until time.Time)
 // seenBody answers a duplicate when the same body was already completed
 // (DEDUP_BODY_FINGERPRINT), and reports whether it answered.
 func (h *Handler) seenBody(w http.ResponseWriter, r *http.Request, wh *webhook) (result, bool) {
-	rec, err := h.lookup(r.Context(), wh.bodyKey)
-	if g, ok := err.(lookupGone); ok {
-		return h.senderGone(w, wh, g.err), true // the sender's hang-up cancelled the lookup
+	rec, gone, err := h.lookup(r.Context(), wh.bodyKey)
+	if gone {
+		return h.senderGone(w, wh, err), true // the sender's hang-up cancelled the lookup
 	}
 	if err != nil {
 		return h.storeUnavailable(w, r, wh, err), true
@@ -243,29 +243,20 @@ func (h *Handler) seenBody(w http.ResponseWriter, r *http.Request, wh *webhook) 
 	return h.duplicate(w, wh, rec), true
 }
 
-// lookupGone is a lookup that failed because the sender's hang-up cancelled
-// it: err is the store's error, ctxErr the context's.
-type lookupGone struct{ err, ctxErr error }
-
-func (g lookupGone) Error() string { return g.err.Error() }
-func (g lookupGone) Unwrap() error { return g.err }
-
 // lookup reads key's record, counted in the store metrics: a key not found
-// is Absent, and a lookup the sender's hang-up cut short is not the store's
-// failure, so it is not counted and comes back as a lookupGone.
-func (h *Handler) lookup(ctx context.Context, key string) (dedup.Record, error) {
+// is Absent. gone reports a lookup the sender's hang-up cut short: not the
+// store's failure, so not counted.
+func (h *Handler) lookup(ctx context.Context, key string) (rec dedup.Record, gone bool, err error) {
 	start := time.Now()
-	rec, err := h.cfg.Store.Lookup(ctx, key)
+	rec, err = h.cfg.Store.Lookup(ctx, key)
 	switch {
 	case errors.Is(err, dedup.ErrNotFound):
 		rec, err = dedup.Record{State: dedup.Absent}, nil
-	case err != nil:
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return rec, lookupGone{err: err, ctxErr: ctxErr}
-		}
+	case err != nil && ctx.Err() != nil:
+		return rec, true, err
 	}
 	h.m.observeStore(opLookup, start, err)
-	return rec, err
+	return rec, false, err
 }
 
 // bodyKey is the key of the body's fingerprint, or "" when bodies are not
