@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -39,17 +38,6 @@ func value(m prometheus.Metric) float64 {
 	return d.Gauge.GetValue()
 }
 
-// errorsLogged counts the error-level entries whose message contains substr.
-func errorsLogged(logs *observer.ObservedLogs, substr string) int {
-	n := 0
-	for _, e := range logs.FilterLevelExact(zapcore.ErrorLevel).All() {
-		if strings.Contains(e.Message, substr) {
-			n++
-		}
-	}
-	return n
-}
-
 func TestMonitorEvictionPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		policy string
@@ -69,7 +57,7 @@ func TestMonitorEvictionPolicy(t *testing.T) {
 			if got := value(m.canEvict); got != want {
 				t.Errorf("webhook_dedup_redis_eviction_policy_evicts = %v, want %v", got, want)
 			}
-			if got := errorsLogged(logs, "may evict records"); got != wantLogs {
+			if got := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("may evict records").Len(); got != wantLogs {
 				t.Errorf("%d error logs about eviction over two checks, want %d", got, wantLogs)
 			}
 			if got := value(m.maxMem); got != 64<<20 {
@@ -89,8 +77,6 @@ func TestMonitorEvictedKeys(t *testing.T) {
 	if err := m.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
 	for i := range 3000 {
 		c, _ := mustClaim(t, s, "evicted:"+strconv.Itoa(i), lease)
 		if err := s.Complete(ctx, c, Result{Status: 200, Body: []byte(strings.Repeat("b", 1000))}, keep); err != nil {
@@ -103,7 +89,7 @@ func TestMonitorEvictedKeys(t *testing.T) {
 	if got := value(m.evicted); got == 0 {
 		t.Error("webhook_dedup_redis_evicted_keys = 0 after Redis evicted records")
 	}
-	if errorsLogged(logs, "Redis evicted keys") != 1 {
+	if logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("Redis evicted keys").Len() != 1 {
 		t.Errorf("no error log about evicted keys: %v", logs.All())
 	}
 }
@@ -114,8 +100,7 @@ func TestMonitorDataLoss(t *testing.T) {
 	srv := redistest.New(t)
 	s, m, logs := monitored(t, srv)
 	ctx := context.Background()
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
+	raw := rawClient(t, srv)
 	for i := range 10 {
 		c, _ := mustClaim(t, s, "lost:"+strconv.Itoa(i), lease)
 		if err := s.Complete(ctx, c, Result{Status: 200}, keep); err != nil {
@@ -147,10 +132,10 @@ func TestMonitorDataLoss(t *testing.T) {
 	srv.Start() // without persistence: empty
 	eventually(t, "the store to reconnect", func() bool { return s.Ping(ctx) == nil })
 	check("after a restart without persistence", 2)
-	if n := errorsLogged(logs, "Redis restarted without its records"); n != 1 {
+	if n := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("Redis restarted without its records").Len(); n != 1 {
 		t.Errorf("%d error logs about a restart without the records, want 1 (run_id changed, keys gone)", n)
 	}
-	if n := errorsLogged(logs, "lost"); n < 2 {
+	if n := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("lost").Len(); n < 2 {
 		t.Errorf("%d error logs about lost records, want at least 2: %v", n, logs.All())
 	}
 }
@@ -163,8 +148,7 @@ func TestMonitorAnotherMonitorRewritesMarker(t *testing.T) {
 	_, a, _ := monitored(t, srv)
 	_, b, _ := monitored(t, srv)
 	ctx := context.Background()
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
+	raw := rawClient(t, srv)
 	for _, m := range []*Monitor{a, b} {
 		if err := m.Check(ctx); err != nil {
 			t.Fatal(err)
@@ -234,9 +218,8 @@ func TestRedisPingOutOfMemory(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
-	fillRedis(t, raw)
+	raw := rawClient(t, srv)
+	srv.FillMemory(t)
 	if err := s.Ping(ctx); !errors.Is(err, ErrOutOfMemory) {
 		t.Errorf("Ping on a full Redis = %v, want ErrOutOfMemory", err)
 	}
@@ -244,7 +227,7 @@ func TestRedisPingOutOfMemory(t *testing.T) {
 	if got := value(m.oom); got != 1 {
 		t.Errorf("webhook_dedup_redis_out_of_memory = %v, want 1", got)
 	}
-	if errorsLogged(logs, "out of memory") != 1 {
+	if logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("out of memory").Len() != 1 {
 		t.Errorf("no error log about Redis being out of memory: %v", logs.All())
 	}
 	if err := raw.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {

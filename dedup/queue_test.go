@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 )
@@ -32,34 +31,9 @@ var queueTests = []struct {
 	run  func(t *testing.T, s queueStore, again func() queueStore)
 }{
 	{"enqueue once under concurrent enqueues", func(t *testing.T, s queueStore, _ func() queueStore) {
-		const n = 32
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			winners int
-			start   = make(chan struct{})
-		)
-		for range n {
-			wg.Go(func() {
-				<-start
-				won, rec, err := s.Enqueue(context.Background(), "k", queueReq)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					t.Error(err)
-				case won:
-					winners++
-				case rec.State != Queued:
-					t.Errorf("loser saw state %v, want queued", rec.State)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		if winners != 1 {
-			t.Errorf("%d of %d concurrent enqueues won, want exactly 1", winners, n)
-		}
+		oneWinner(t, 32, "enqueues", Queued, func() (bool, Record, error) {
+			return s.Enqueue(context.Background(), "k", queueReq)
+		})
 		if ds := take(t, s, 10, lease); len(ds) != 1 {
 			t.Errorf("Take handed out %d deliveries, want the one event once", len(ds))
 		}

@@ -121,8 +121,7 @@ func TestOpenRedisDefaults(t *testing.T) {
 func TestRedisRecordSize(t *testing.T) {
 	srv := redistest.New(t)
 	s := openRedis(t, srv)
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
+	raw := rawClient(t, srv)
 	ctx := context.Background()
 	const key = "stripe:evt_1NvYwq2eZvKYlo2CqCvP3X7T"
 	c, _ := mustClaim(t, s, key, lease)
@@ -145,8 +144,7 @@ func TestRedisRecordSize(t *testing.T) {
 func TestRedisForeignValue(t *testing.T) {
 	srv := redistest.New(t)
 	s := openRedis(t, srv)
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
+	raw := rawClient(t, srv)
 	ctx := context.Background()
 	for _, v := range []string{"hello", "", "\x01short", "\x02short"} {
 		if err := raw.Set(ctx, "foreign", v, time.Minute).Err(); err != nil {
@@ -166,8 +164,7 @@ func TestRedisForeignValue(t *testing.T) {
 func TestRedisScriptCacheFlushed(t *testing.T) {
 	srv := redistest.New(t)
 	s := openRedis(t, srv)
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
+	raw := rawClient(t, srv)
 	ctx := context.Background()
 	c, _ := mustClaim(t, s, "flushed", lease)
 	if err := raw.ScriptFlush(ctx).Err(); err != nil {
@@ -199,31 +196,6 @@ func TestRedisClaimRetryKeepsOwnership(t *testing.T) {
 	}
 }
 
-// fillRedis makes Redis out of memory, as a noeviction Redis that filled
-// up is: it writes 1 MB of keys without a TTL, then sets maxmemory below
-// what is used, so every write that can grow memory is refused.
-func fillRedis(t *testing.T, raw *redis.Client) {
-	t.Helper()
-	ctx := context.Background()
-	p := raw.Pipeline()
-	for i := range 1000 {
-		p.Set(ctx, "filler:"+strconv.Itoa(i), strings.Repeat("x", 1000), 0)
-	}
-	if _, err := p.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	used := usedMemory(t, raw)
-	if err := raw.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := raw.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-500_000, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := raw.Set(ctx, "filler:more", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-		t.Fatalf("SET on the filled Redis = %v, want an OOM error", err)
-	}
-}
-
 // TestRedisCompleteWhenFull: on a full Redis with noeviction a new claim is
 // refused, but a claim already taken can still be completed: its record
 // replaces one about as large, and refusing it would leave an event the
@@ -231,11 +203,9 @@ func fillRedis(t *testing.T, raw *redis.Client) {
 func TestRedisCompleteWhenFull(t *testing.T) {
 	srv := redistest.New(t)
 	s := openRedis(t, srv)
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = raw.Close() })
 	ctx := context.Background()
 	c, _ := mustClaim(t, s, "full:done", lease)
-	fillRedis(t, raw)
+	srv.FillMemory(t)
 	if _, _, err := s.Claim(ctx, "full:new", lease); err == nil {
 		t.Error("a new claim on a full Redis succeeded; want Redis's OOM error")
 	}
@@ -272,18 +242,6 @@ func TestRedisCompleteWithoutScriptFlags(t *testing.T) {
 	}
 }
 
-// stall makes srv (started with --enable-debug-command yes) sleep for d
-// (DEBUG SLEEP) and returns once it has stopped answering.
-func stall(t *testing.T, srv *redistest.Server, d time.Duration) {
-	t.Helper()
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: d + 5*time.Second})
-	t.Cleanup(func() { _ = raw.Close() })
-	go raw.Do(context.Background(), "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
-	defer probe.Close()
-	eventually(t, "Redis to stall", func() bool { return probe.Ping(context.Background()).Err() != nil })
-}
-
 // TestRedisStalledClaimReleased: claims sent to a stalled Redis fail once
 // their timeout passes (without the bound on the whole operation,
 // go-redis's retries got most of them through after the stall, seconds
@@ -300,7 +258,7 @@ func TestRedisStalledClaimReleased(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stall(t, srv, 2*time.Second)
+	srv.Stall(t, 2*time.Second)
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {

@@ -222,34 +222,10 @@ var storeTests = []struct {
 		}
 	}},
 	{"concurrent claims have one winner", func(t *testing.T, s store, key string) {
-		const n = 64
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			winners int
-			start   = make(chan struct{})
-		)
-		for range n {
-			wg.Go(func() {
-				<-start
-				c, rec, err := s.Claim(context.Background(), key, lease)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					t.Error(err)
-				case c != (Claim{}):
-					winners++
-				case rec.State != InFlight:
-					t.Errorf("loser saw state %v, want in-flight", rec.State)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		if winners != 1 {
-			t.Errorf("%d of %d concurrent claims won, want exactly 1", winners, n)
-		}
+		oneWinner(t, 64, "claims", InFlight, func() (bool, Record, error) {
+			c, rec, err := s.Claim(context.Background(), key, lease)
+			return c != (Claim{}), rec, err
+		})
 	}},
 	{"lookup absent", func(t *testing.T, s store, key string) {
 		rec, err := s.Lookup(context.Background(), key)
@@ -456,6 +432,40 @@ func checkTimes(t *testing.T, rec Record, before, after time.Time, ttl time.Dura
 	}
 	if rec.TTL <= 0 || rec.TTL > ttl {
 		t.Errorf("TTL = %s, want in (0, %s]", rec.TTL, ttl)
+	}
+}
+
+// oneWinner runs try n times at once and fails the test unless exactly one
+// of them won (and none failed); each loser must have seen loser's state.
+// what names the calls for the failure message.
+func oneWinner(t *testing.T, n int, what string, loser State, try func() (won bool, rec Record, err error)) {
+	t.Helper()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners int
+		start   = make(chan struct{})
+	)
+	for range n {
+		wg.Go(func() {
+			<-start
+			won, rec, err := try()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Error(err)
+			case won:
+				winners++
+			case rec.State != loser:
+				t.Errorf("loser saw state %v, want %v", rec.State, loser)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if winners != 1 {
+		t.Errorf("%d of %d concurrent %s won, want exactly 1", winners, n, what)
 	}
 }
 

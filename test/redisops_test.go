@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,35 +79,6 @@ func processedTwice(app *upstream, p provider, n int) int {
 	return twice
 }
 
-// fillRedis makes Redis refuse writes, as a noeviction Redis that filled
-// up does: it writes 1 MB of keys without a TTL, then sets maxmemory below
-// what is used.
-func fillRedis(t *testing.T, raw *redis.Client) {
-	t.Helper()
-	ctx := context.Background()
-	p := raw.Pipeline()
-	for i := range 1000 {
-		p.Set(ctx, "filler:"+strconv.Itoa(i), strings.Repeat("x", 1000), 0)
-	}
-	if _, err := p.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	info := raw.InfoMap(ctx, "memory").Val()["Memory"]
-	used, err := strconv.ParseInt(info["used_memory"], 10, 64)
-	if err != nil {
-		t.Fatalf("INFO memory used_memory %q: %v", info["used_memory"], err)
-	}
-	if err := raw.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := raw.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-500_000, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := raw.Set(ctx, "filler:more", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-		t.Fatalf("SET on the filled Redis = %v, want an OOM error", err)
-	}
-}
-
 // TestRedisEvictionWarned: on a Redis whose maxmemory-policy evicts
 // records, duplicates of evicted events are forwarded again; the proxy
 // cannot prevent that, but says so at start (error level, and a metric)
@@ -179,7 +149,7 @@ func TestRedisFullCompletes(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
-	fillRedis(t, raw)
+	srv.FillMemory(t)
 	release()
 	for i, ch := range chans {
 		expect(t, fmt.Sprintf("event %d, completed on a full Redis", i+1), receive(t, "held event", ch), 200, "forwarded")
@@ -190,13 +160,7 @@ func TestRedisFullCompletes(t *testing.T) {
 	if a := mustSend(t, ctx, client, px, stripe, stripe.Event(n+1)); a.Status != http.StatusServiceUnavailable {
 		t.Errorf("a new event on a full Redis: %s; want 503", a)
 	}
-	oom := 0.0
-	for deadline := time.Now().Add(metricsDeadline); oom != 1 && time.Now().Before(deadline); time.Sleep(25 * time.Millisecond) {
-		oom = sample(px.metrics(t), "webhook_dedup_redis_out_of_memory", nil)
-	}
-	if oom != 1 {
-		t.Errorf("webhook_dedup_redis_out_of_memory = %v on a full Redis, want 1", oom)
-	}
+	px.awaitMetric(t, "webhook_dedup_redis_out_of_memory", nil, 1)
 
 	if err := raw.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
@@ -258,17 +222,7 @@ func TestRedisStallBounded(t *testing.T) {
 	ctx, client := testContext(t), newClient(t)
 	expect(t, "before the stall", mustSend(t, ctx, client, px, stripe, stripe.Event(100)), 200, "forwarded")
 
-	sleeper := rawRedis(t, srv)
-	go sleeper.Do(context.Background(), "DEBUG", "SLEEP", "5")
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { _ = probe.Close() })
-	deadline := time.Now().Add(5 * time.Second)
-	for probe.Ping(ctx).Err() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("Redis did not stall")
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	srv.Stall(t, 5*time.Second)
 
 	const n = 20
 	took := make([]time.Duration, n)
@@ -311,7 +265,7 @@ func TestRedisStallBounded(t *testing.T) {
 		}
 		return held
 	}
-	deadline = time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for len(inFlight()) > 0 && time.Now().Before(deadline) {
 		time.Sleep(25 * time.Millisecond) // polling interval
 	}

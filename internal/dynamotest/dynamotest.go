@@ -5,7 +5,6 @@ package dynamotest
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
@@ -45,8 +44,8 @@ func New(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("dynalite not found on PATH (%v): install it with `npm install -g dynalite@4` (Node.js 20 or later), or run `make test`", err)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
-	_, port, _ := net.SplitHostPort(addr)
+	port := strconv.Itoa(redistest.FreePort(t))
+	addr := net.JoinHostPort("127.0.0.1", port)
 	// Tables are ready at once, instead of after dynalite's default 500ms
 	// in CREATING; without --path, everything stays in memory.
 	cmd := exec.Command(bin, "--host", "127.0.0.1", "--port", port,
@@ -103,19 +102,7 @@ func (s *Server) stop() {
 func waitReady(endpoint string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond) // polling interval, not a wait for readiness
-	defer tick.Stop()
-	for {
-		err := answers(ctx, endpoint)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %w", ctx.Err(), err)
-		case <-tick.C:
-		}
-	}
+	return redistest.Poll(ctx, func() error { return answers(ctx, endpoint) })
 }
 
 // answers sends an unsigned, empty request: dynalite answers it (with an

@@ -220,20 +220,21 @@ func (s *Server) start() error {
 	return nil
 }
 
+// waitReady polls until the server accepts a connection, and returns the
+// error of closing that connection, or the last error once ctx ends.
 func (s *Server) waitReady(ctx context.Context) error {
-	tick := time.NewTicker(20 * time.Millisecond) // polling interval, not a wait for readiness
-	defer tick.Stop()
-	for {
+	var closeErr error
+	if err := redistest.Poll(ctx, func() error {
 		conn, err := pgx.Connect(ctx, s.URL("postgres"))
-		if err == nil {
-			return conn.Close(ctx)
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last: %w", ctx.Err(), err)
-		case <-tick.C:
-		}
+		closeErr = conn.Close(ctx)
+		return nil
+	}); err != nil {
+		return err
 	}
+	return closeErr
 }
 
 // Start starts a stopped server again on the same port and data.

@@ -211,7 +211,7 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 // that running masters serve all 16384 slots, and every running replica
 // has finished syncing with its master.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
-	return poll(ctx, c.healthy)
+	return Poll(ctx, c.healthy)
 }
 
 func (c *Cluster) healthy() error {
@@ -276,7 +276,7 @@ func replicaInSync(ctx context.Context, rc *redis.Client) error {
 // node that took them over.
 func (c *Cluster) WaitPromoted(ctx context.Context, victim *Server, slot int) (*Server, error) {
 	var promoted *Server
-	err := poll(ctx, func() error {
+	err := Poll(ctx, func() error {
 		slots, err := c.slots(ctx)
 		if err != nil {
 			return err

@@ -193,12 +193,12 @@ func WaitPing(addr string, timeout time.Duration) error {
 func waitPing(addr string, tlsConfig *tls.Config, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return poll(ctx, func() error { return ping(addr, tlsConfig) })
+	return Poll(ctx, func() error { return ping(addr, tlsConfig) })
 }
 
-// poll calls try until it succeeds or ctx ends, and then returns try's
+// Poll calls try until it succeeds or ctx ends, and then returns try's
 // last error.
-func poll(ctx context.Context, try func() error) error {
+func Poll(ctx context.Context, try func() error) error {
 	tick := time.NewTicker(20 * time.Millisecond) // polling interval, not a wait for readiness
 	defer tick.Stop()
 	for {

@@ -153,7 +153,7 @@ func (sn *Sentinel) askMaster(ctx context.Context, s *Server) (*Server, error) {
 // WaitHealthy waits until every running Sentinel names master as the
 // master and can reach a quorum, and every running replica is in sync.
 func (sn *Sentinel) WaitHealthy(ctx context.Context, master *Server) error {
-	return poll(ctx, func() error { return sn.healthy(master) })
+	return Poll(ctx, func() error { return sn.healthy(master) })
 }
 
 func (sn *Sentinel) healthy(master *Server) error {
@@ -202,7 +202,7 @@ func (sn *Sentinel) healthy(master *Server) error {
 // returns it.
 func (sn *Sentinel) WaitFailover(ctx context.Context, old *Server) (*Server, error) {
 	var promoted *Server
-	err := poll(ctx, func() error {
+	err := Poll(ctx, func() error {
 		m, err := sn.Master(ctx)
 		if err != nil {
 			return err
