@@ -283,8 +283,13 @@ func TestPostgresAutoMigrateLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if task := <-failed; task != "migrate" {
-		t.Errorf("failed task %q, want migrate", task)
+	select {
+	case task := <-failed:
+		if task != "migrate" {
+			t.Errorf("failed task %q, want migrate", task)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no failed migration reported within 30s while the database was down")
 	}
 	srv.Start(t)
 	ctx := context.Background()

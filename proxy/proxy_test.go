@@ -632,6 +632,48 @@ func TestSenderGoneDuringClaim(t *testing.T) {
 	}
 }
 
+// stallingLookups is an embedded store whose lookups wait until their
+// caller gives up, as a lookup of a stalled Redis does.
+type stallingLookups struct {
+	*dedup.Memory
+	looking chan string // the key of each lookup as it begins
+}
+
+func (s stallingLookups) Lookup(ctx context.Context, key string) (dedup.Record, error) {
+	s.looking <- key
+	<-ctx.Done()
+	return dedup.Record{}, fmt.Errorf("dedup: lookup %s: %w", key, ctx.Err())
+}
+
+// TestSenderGoneDuringLookup: a sender that hangs up while the proxy looks
+// up its body's fingerprint (DEDUP_BODY_FINGERPRINT) is counted as
+// client-gone, not as a failed lookup or an unavailable store, and nothing
+// is forwarded.
+func TestSenderGoneDuringLookup(t *testing.T) {
+	st := stallingLookups{Memory: dedup.NewMemory(), looking: make(chan string, 1)}
+	t.Cleanup(func() { st.Close() })
+	f := newFixture(t, "/events=json:id", proxy.Config{Store: st, BodyFingerprint: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/events", strings.NewReader(`{"id":"l1"}`))
+	done := doAsync(req)
+	<-st.looking
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the request succeeded after its sender cancelled it")
+	}
+	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
+	if n := f.counter(t, "webhook_dedup_requests_total", "outcome", "store-unavailable"); n != 0 {
+		t.Errorf("counted %v store-unavailable, want 0", n)
+	}
+	if n := f.counter(t, "webhook_dedup_store_errors_total", "op", "lookup"); n != 0 {
+		t.Errorf("counted %v lookup errors, want 0", n)
+	}
+	if n := f.up.calls.Load(); n != 0 {
+		t.Errorf("the upstream was called %d times, want 0", n)
+	}
+}
+
 func assertFree(t *testing.T, s proxy.Store, key string) {
 	t.Helper()
 	if rec, err := s.Lookup(context.Background(), key); !errors.Is(err, dedup.ErrNotFound) {
