@@ -216,7 +216,7 @@ func (s *Redis) Complete(ctx context.Context, c Claim, res Result, ttl time.Dura
 			}
 			return replicate()
 		})
-		if err != nil && octx.Err() != nil && ctx.Err() == nil {
+		if err != nil && expired(octx) != nil && expired(ctx) == nil {
 			return fmt.Errorf("%w: %w", errAttemptTimedOut, err)
 		}
 		return err
@@ -516,18 +516,32 @@ func retry(ctx context.Context, transient func(error) bool, op func(ctx context.
 			return fmt.Errorf("%w; gave up: %w", last, ctx.Err())
 		}
 		err := op(ctx)
-		switch {
-		case err == nil:
+		if err == nil {
 			return nil
-		case ctx.Err() != nil:
+		}
+		if over := expired(ctx); over != nil {
 			// Cut short: the cause is the failure before.
-			return fmt.Errorf("%w; gave up: %w", last, ctx.Err())
-		case !transient(err):
+			return fmt.Errorf("%w; gave up: %w", last, over)
+		}
+		if !transient(err) {
 			return err
 		}
 		last = err
 		pause = min(2*pause, 500*time.Millisecond)
 	}
+}
+
+// expired is ctx's error, or context.DeadlineExceeded once its deadline
+// has passed: a read cut by the deadline can fail before the context's own
+// timer has fired, while ctx.Err() is still nil.
+func expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // transient reports whether a failed write may succeed if tried again

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -400,3 +401,35 @@ func TestRedisClusterQueue(t *testing.T) {
 	c := redistest.NewCluster(t, redistest.ClusterConfig{})
 	testQueue(t, redisQueues(RedisConfig{ClusterAddrs: c.Addrs()}))
 }
+
+// TestRetryCutShortByTheDeadline: an attempt the caller's deadline cuts
+// short is not retried and is reported by the failure before it, also when
+// it fails before the context's own timer has fired (as a read whose
+// deadline passed can, on a loaded machine).
+func TestRetryCutShortByTheDeadline(t *testing.T) {
+	// Before the retries' own deadline, so that retry keeps this one.
+	ctx := &lateTimer{Context: context.Background(), deadline: time.Now().Add(time.Second)}
+	calls := 0
+	err := retry(ctx, transient, func(context.Context) error {
+		calls++
+		switch calls {
+		case 1:
+			return ErrNotReplicated
+		case 2:
+			ctx.deadline = time.Now() // passed; the timer has not fired
+			return fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded)
+		}
+		return ErrNotOwner // not transient: ends a retry that went on
+	})
+	if !errors.Is(err, ErrNotReplicated) || !errors.Is(err, context.DeadlineExceeded) || calls != 2 {
+		t.Errorf("retry = %v after %d calls; want the failure before the cut, with the deadline, after 2", err, calls)
+	}
+}
+
+// lateTimer is a context whose deadline can pass while Err is still nil.
+type lateTimer struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *lateTimer) Deadline() (time.Time, bool) { return c.deadline, true }
