@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -395,14 +396,20 @@ func TestAsyncSIGTERMRedis(t *testing.T) {
 
 func asyncSIGTERMRun(t *testing.T, st asyncStore) {
 	app := newUpstream(t)
-	app.WorkFor(func(string, int) time.Duration { return 300 * time.Millisecond })
 	env := asyncEnv(app.URL, st.env(t))
 	env["DELIVERY_CONCURRENCY"] = "2"
 	px := launch(t, env)
 	px.waitHealthy()
+	// The app holds the attempts under way until the process has taken
+	// SIGTERM, so the queue is still backed up then however slowly the
+	// events were sent.
+	release := app.Hold()
+	t.Cleanup(release)
 	keys := queueEvents(t, px, stripe, 20)
 	app.awaitEntered(t, keys[0])
 	px.Terminate()
+	px.awaitLog(t, `"msg":"shutting down"`, 1)
+	release()
 	if code := px.waitExit(exitDeadline); code != 0 {
 		t.Fatalf("exit status after SIGTERM: %d, want 0", code)
 	}
@@ -441,7 +448,19 @@ func TestAsyncKillRestartRedis(t *testing.T) {
 
 func asyncKillRun(t *testing.T, st asyncStore) {
 	app := newUpstream(t)
-	app.WorkFor(func(string, int) time.Duration { return 200 * time.Millisecond })
+	// The first few requests the app sees are done in 200ms; later ones
+	// stay at the app until the kill cuts them off, so events are still
+	// queued and in delivery at the kill however slowly they were sent.
+	// After the kill, every request is done in 200ms.
+	const doneBeforeKill = 4
+	var seen atomic.Int32
+	var killed atomic.Bool
+	app.WorkFor(func(string, int) time.Duration {
+		if killed.Load() || seen.Add(1) <= doneBeforeKill {
+			return 200 * time.Millisecond
+		}
+		return time.Hour
+	})
 	env := asyncEnv(app.URL, st.env(t))
 	env["DELIVERY_CONCURRENCY"] = "4"
 	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
@@ -450,12 +469,13 @@ func asyncKillRun(t *testing.T, st asyncStore) {
 	keys := queueEvents(t, px, github, 40)
 	// Kill it once some events are done and others are at the app.
 	deadline := time.Now().Add(10 * time.Second)
-	for len(app.EffectsSnapshot()) < 4 {
+	for len(app.EffectsSnapshot()) < doneBeforeKill || seen.Load() <= doneBeforeKill {
 		if time.Now().After(deadline) {
-			t.Fatal("no delivery completed before the kill")
+			t.Fatalf("%d deliveries completed and %d requests reached the app before the kill, want %d and more", len(app.EffectsSnapshot()), seen.Load(), doneBeforeKill)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	killed.Store(true)
 	px.Kill()
 	px.waitExit(exitDeadline)
 	before := len(app.EffectsSnapshot())
