@@ -163,18 +163,16 @@ func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 // delivered once.
 func TestAsyncAppDown(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // the app is down: connections to its port are refused
+	// The app is down: connections to its port are refused. The port is
+	// drawn below the ephemeral range, so no outgoing connection takes it
+	// before the app comes up on it.
+	addr := loopbackAddr(t)
 	px := startProxy(t, asyncEnv("http://"+addr, diskStore.env(t)))
 	const n = 20
 	keys := queueEvents(t, px, github, n)
 	// Every event was tried and failed at least once while the app was down.
 	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "retry"}, 2*n)
-	ln, err = net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("the app's port was taken meanwhile: %v", err)
 	}
