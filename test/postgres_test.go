@@ -62,6 +62,10 @@ func TestPostgresPruning(t *testing.T) {
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"DATABASE_URL": db, "DEDUP_TTL": ttl.String(), "PRUNE_INTERVAL": "250ms"}))
 	ctx, client := testContext(t), newClient(t)
+	// The tables may be created a moment after the process serves.
+	if err := px.pollAdmin("/readyz", http.StatusOK, storeStateDeadline); err != nil {
+		t.Fatalf("readyz before the deliveries: %v", err)
+	}
 	const n = 20
 	for i := range n {
 		expect(t, "delivery", mustSend(t, ctx, client, px, acme, acme.Event(i)), 200, "forwarded")
