@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
 func TestImageBinaryIsStatic(t *testing.T) {
@@ -160,14 +163,10 @@ func TestImageHealthcheck(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address with a port nothing listens on.
+// freeAddr returns a loopback address with a port nothing listens on. The
+// port is drawn below the ephemeral range: one the kernel picked there could
+// be taken by an outgoing connection before webhook-dedup binds it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 }

@@ -209,7 +209,11 @@ func newHostile(t *testing.T, routes string, opts providers.Options, cfg proxy.C
 // its cleanups (registered later, so run earlier) have closed everything.
 func noLeaks(t *testing.T) {
 	current := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, current) })
+	t.Cleanup(func() {
+		if err := findLeaks(current); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 type syncBuffer struct {

@@ -128,9 +128,13 @@ func TestRedisFullCompletes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
 	app := newUpstream(t)
+	// The held requests wait at the app while the others arrive and Redis
+	// is filled: the upstream timeout and the lease outlast that on a
+	// loaded machine, so each completion meets a full Redis, not a 504 or
+	// an expired lease.
 	px := startProxy(t, proxyEnv(app, map[string]string{
 		"REDIS_URL": srv.URL(), "REDIS_CHECK_INTERVAL": "200ms",
-		"UPSTREAM_TIMEOUT": "2s", "LEASE_TTL": "3s",
+		"UPSTREAM_TIMEOUT": "10s", "LEASE_TTL": "11s",
 	}))
 	ctx, client := testContext(t), newClient(t)
 	raw := rawRedis(t, srv)
@@ -169,10 +173,10 @@ func TestRedisFullCompletes(t *testing.T) {
 		t.Errorf("readyz once Redis has room again: %v", err)
 	}
 	// A redelivery finds the event completed; had the completion been
-	// refused, it would find it in flight until the lease ends, and then
-	// be forwarded again.
+	// refused, it would find it in flight until the lease ends (longer
+	// than settledSend retries), and then be forwarded again.
 	for i := range n {
-		settledSend(t, ctx, client, px, stripe, stripe.Event(i+1))
+		expect(t, fmt.Sprintf("redelivery of event %d", i+1), settledSend(t, ctx, client, px, stripe, stripe.Event(i+1)), 200, "duplicate")
 	}
 	twice := processedTwice(app, stripe, n)
 	t.Logf("full Redis: %d of %d events whose completion met OOM processed twice", twice, n)
