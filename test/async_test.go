@@ -115,12 +115,7 @@ func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 	// instead of the default 1s, as in exactlyOnceRun.
 	env["STORE_TIMEOUT"] = "2500ms"
 	px := startProxy(t, env)
-	// A store may still be setting up when the process serves (PostgreSQL
-	// creates its tables within STORE_TIMEOUT at start, else retries every
-	// second, with /readyz 503 meanwhile); every send here must be queued.
-	if err := px.pollAdmin("/readyz", http.StatusOK, storeStateDeadline); err != nil {
-		t.Fatalf("readyz before the run: %v", err)
-	}
+	px.awaitReady(t) // every send here must be queued
 
 	deliveries, copies := planDeliveries(runEvents, runSeed+2, 4)
 	s := &sender{client: newClient(t), addr: px.Addr, maxAttempts: 1, backoff: func(int) time.Duration { return 0 }, tally: newTally()}
@@ -408,12 +403,7 @@ func asyncSIGTERMRun(t *testing.T, st asyncStore) {
 	env["DELIVERY_CONCURRENCY"] = "2"
 	px := launch(t, env)
 	px.waitHealthy()
-	// A store may still be setting up when the process serves (PostgreSQL
-	// creates its tables within STORE_TIMEOUT at start, else retries every
-	// second, with /readyz 503 meanwhile); every send here must be queued.
-	if err := px.pollAdmin("/readyz", http.StatusOK, storeStateDeadline); err != nil {
-		t.Fatalf("readyz before the run: %v", err)
-	}
+	px.awaitReady(t) // every send here must be queued
 	// The app holds the attempts under way until the process has taken
 	// SIGTERM, so the queue is still backed up then however slowly the
 	// events were sent.
@@ -480,12 +470,7 @@ func asyncKillRun(t *testing.T, st asyncStore) {
 	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
 	px := launch(t, env)
 	px.waitHealthy()
-	// A store may still be setting up when the process serves (PostgreSQL
-	// creates its tables within STORE_TIMEOUT at start, else retries every
-	// second, with /readyz 503 meanwhile); every send here must be queued.
-	if err := px.pollAdmin("/readyz", http.StatusOK, storeStateDeadline); err != nil {
-		t.Fatalf("readyz before the run: %v", err)
-	}
+	px.awaitReady(t) // every send here must be queued
 	keys := queueEvents(t, px, github, 40)
 	// Kill it once some events are done and others are at the app.
 	deadline := time.Now().Add(10 * time.Second)

@@ -65,9 +65,7 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, conc
 		env[k] = v
 	}
 	px := startProxy(t, env)
-	if err := px.pollAdmin("/readyz", 200, storeStateDeadline); err != nil {
-		t.Fatalf("readyz before the run: %v", err)
-	}
+	px.awaitReady(t)
 
 	deliveries, copies := planDeliveries(runEvents, runSeed+2, 4)
 

@@ -38,6 +38,7 @@ func TestPostgresRestartedProxyRemembers(t *testing.T) {
 	env := proxyEnv(app, map[string]string{"DATABASE_URL": postgres.Get(t).NewDatabase(t)})
 	ctx, client := testContext(t), newClient(t)
 	first := startProxy(t, env)
+	first.awaitReady(t) // the tables may be created a moment after the process serves
 	for _, p := range []provider{acme, stripe, github} {
 		expect(t, p.Name+" delivery", mustSend(t, ctx, client, first, p, p.Event(1)), 200, "forwarded")
 	}
@@ -62,10 +63,7 @@ func TestPostgresPruning(t *testing.T) {
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"DATABASE_URL": db, "DEDUP_TTL": ttl.String(), "PRUNE_INTERVAL": "250ms"}))
 	ctx, client := testContext(t), newClient(t)
-	// The tables may be created a moment after the process serves.
-	if err := px.pollAdmin("/readyz", http.StatusOK, storeStateDeadline); err != nil {
-		t.Fatalf("readyz before the deliveries: %v", err)
-	}
+	px.awaitReady(t) // the tables may be created a moment after the process serves
 	const n = 20
 	for i := range n {
 		expect(t, "delivery", mustSend(t, ctx, client, px, acme, acme.Event(i)), 200, "forwarded")
@@ -109,6 +107,7 @@ func TestPostgresCache(t *testing.T) {
 	srv := pgtest.New(t)
 	app := newUpstream(t)
 	px := startProxy(t, proxyEnv(app, map[string]string{"DATABASE_URL": srv.NewDatabase(t), "CACHE_SIZE": "100", "ADMIN_TOKEN": token}))
+	px.awaitReady(t) // the tables may be created a moment after the process serves
 	ctx, client := testContext(t), newClient(t)
 	ev := acme.Event(1)
 	expect(t, "delivery", mustSend(t, ctx, client, px, acme, ev), 200, "forwarded")

@@ -180,6 +180,17 @@ func (p *proxy) waitHealthy() {
 	}
 }
 
+// awaitReady waits for /readyz to answer 200, or fails the test. A store
+// may still be setting up when the process serves: PostgreSQL creates its
+// tables within STORE_TIMEOUT at start, else retries every second, with
+// /readyz 503 meanwhile, and a send then is answered 503.
+func (p *proxy) awaitReady(t *testing.T) {
+	t.Helper()
+	if err := p.pollAdmin("/readyz", http.StatusOK, storeStateDeadline); err != nil {
+		t.Fatalf("readyz before the run: %v", err)
+	}
+}
+
 // pollAdmin polls an admin path until it answers want, or the deadline passes.
 func (p *proxy) pollAdmin(path string, want int, deadline time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
