@@ -25,8 +25,10 @@ func TestRedisDeadlineWhileRedisIsPaused(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Redis holds every client's commands but this one's for a while.
-	if err := raw.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+	// Redis holds every client's writes, scripts included, until it is
+	// told to go on: past both claims' deadlines however slow the machine.
+	// (Not ALL: Redis would hold the UNPAUSE too, for the whole pause.)
+	if err := raw.Do(ctx, "CLIENT", "PAUSE", "10000", "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	claimBefore := func(what string, d time.Duration) {
@@ -42,17 +44,22 @@ func TestRedisDeadlineWhileRedisIsPaused(t *testing.T) {
 			t.Errorf("%s claim returned after %s, past its %s deadline", what, waited.Round(time.Millisecond), d)
 		}
 	}
-	// The lone claim takes the plain client, and stays in flight...
+	// The lone claim takes the plain client, and stays in flight (long
+	// enough to be seen, and to outlast the next claim's start, on a
+	// loaded machine)...
 	lone := make(chan struct{})
 	go func() {
 		defer close(lone)
-		claimBefore("lone", 300*time.Millisecond)
+		claimBefore("lone", time.Second)
 	}()
 	pl := s.scripts.(pipelined)
 	eventually(t, "the lone claim to be in flight", func() bool { return pl.inFlight.Load() > 0 })
 	// ...so this one goes through the autopipeliner.
 	claimBefore("batched", 100*time.Millisecond)
 	<-lone
+	if err := raw.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, "a claim to succeed once Redis resumes", func() bool {
 		_, rec, err := s.Claim(ctx, "after-pause", lease)
 		return err == nil && rec.State == Absent

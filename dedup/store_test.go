@@ -23,6 +23,10 @@ const (
 	lease = 30 * time.Second // long enough never to expire during a test
 	keep  = time.Hour        // a completed record's TTL that never expires during a test
 	short = 150 * time.Millisecond
+	// expiring is the TTL of a completed record a case waits to see
+	// expire: the record must still be there when looked up right after
+	// Complete, so it outlives a write and a read on a loaded machine.
+	expiring = time.Second
 )
 
 // replayed is a Result with every field set.
@@ -204,11 +208,11 @@ var storeTests = []struct {
 	}},
 	{"completed record expires", func(t *testing.T, s store, key string) {
 		c, _ := mustClaim(t, s, key, lease)
-		if err := s.Complete(context.Background(), c, replayed, short); err != nil {
+		if err := s.Complete(context.Background(), c, replayed, expiring); err != nil {
 			t.Fatal(err)
 		}
-		if rec := mustLookup(t, s, key); rec.State != Completed || rec.TTL > short {
-			t.Errorf("just completed: %v with TTL %s, want completed with TTL ≤ %s", rec.State, rec.TTL, short)
+		if rec := mustLookup(t, s, key); rec.State != Completed || rec.TTL > expiring {
+			t.Errorf("just completed: %v with TTL %s, want completed with TTL ≤ %s", rec.State, rec.TTL, expiring)
 		}
 		eventually(t, "the completed record to expire", func() bool {
 			_, err := s.Lookup(context.Background(), key)

@@ -53,22 +53,42 @@ func (s *Server) FillMemory(t testing.TB) {
 // answering.
 const stallDeadline = 5 * time.Second
 
+// stallProbeTimeout is how long Stall's PING may go unanswered before it
+// counts as a sign of the stall: well beyond what a loaded machine takes
+// to answer one.
+const stallProbeTimeout = 200 * time.Millisecond
+
 // Stall makes the server (started with --enable-debug-command yes) sleep
 // for d (DEBUG SLEEP, sent in the background) and returns once it has
 // stopped answering PING; it fails the test if it still answers after 5s.
 func (s *Server) Stall(t testing.TB, d time.Duration) {
 	t.Helper()
-	sleeper := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS, ReadTimeout: d + 5*time.Second})
-	t.Cleanup(func() { _ = sleeper.Close() })
-	go sleeper.Do(context.Background(), "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
-	probe := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
-	defer probe.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), stallDeadline)
 	defer cancel()
+	sleeper := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS, ReadTimeout: d + 5*time.Second})
+	t.Cleanup(func() { _ = sleeper.Close() })
+	probe := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS, ReadTimeout: stallProbeTimeout, MaxRetries: -1})
+	defer probe.Close()
+	// Both connections are dialled and answering before the sleep is
+	// sent: on a loaded machine a first PING can time out on its dial and
+	// handshake alone, with the sleep not even sent yet.
+	for _, c := range []*redis.Client{sleeper, probe} {
+		if err := Poll(ctx, func() error { return c.Ping(ctx).Err() }); err != nil {
+			t.Fatalf("redis-server on %s did not answer before the stall: %v", s.Addr, err)
+		}
+	}
+	go sleeper.Do(context.Background(), "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
+	// One PING unanswered may be the machine's load; two in a row are the
+	// stall.
+	missed := 0
 	err := Poll(ctx, func() error {
 		// Not ctx: a PING cut short by the deadline is not a stall.
 		if probe.Ping(context.Background()).Err() == nil {
+			missed = 0
 			return errors.New("PING still answered")
+		}
+		if missed++; missed < 2 {
+			return errors.New("one PING unanswered")
 		}
 		return nil
 	})

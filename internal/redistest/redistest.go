@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -148,7 +149,7 @@ func (s *Server) URL() string {
 // Ports handed out are drawn from below the kernel's ephemeral range
 // (Linux: 32768-60999, macOS: from 49152): a port picked there could be
 // taken by some outgoing connection between the pick and the server's
-// bind. Within this process a port is handed out once.
+// bind. A port is handed out once, by one process (see reservePort).
 const (
 	firstPort = 20000
 	lastPort  = 32767
@@ -159,10 +160,14 @@ var (
 	// portsGiven is process-wide, as the tests that share the loopback
 	// interface are.
 	portsGiven = map[int]bool{}
+	// portLocks hold this process's reservations (see reservePort): open
+	// for as long as it lives, as closing one drops its lock.
+	portLocks []*os.File
 )
 
 // FreePort returns a loopback TCP port that was free a moment ago and that
-// this process has not handed out before.
+// neither this process nor another test process using this package has
+// handed out before.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	portsMu.Lock()
@@ -177,11 +182,41 @@ func FreePort(t testing.TB) int {
 			continue
 		}
 		l.Close()
+		if !reservePort(port) {
+			continue
+		}
 		portsGiven[port] = true
 		return port
 	}
 	t.Fatalf("no free loopback port between %d and %d", firstPort, lastPort)
 	return 0
+}
+
+// reservePort locks port's file in a directory all test processes using
+// this package share, and holds the lock until this process exits, however
+// it ends (the kernel drops it then). go test runs packages at once, each
+// in a process of its own, all drawing from this range, and a port handed
+// out is not always bound (between newServer and Start, or while its
+// server is stopped): another process could pick it meanwhile, and one of
+// the two servers would find it taken and exit, while its Start got the
+// PONG of the other. It reports false if another process holds the port;
+// true, with no lock, if the directory cannot be used (another user's,
+// say): then only portsGiven guards the port.
+func reservePort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "redistest-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return !errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	portLocks = append(portLocks, f)
+	return true
 }
 
 // WaitPing polls addr with the RESP PING command until it answers +PONG or
