@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,10 +41,6 @@ func runCommand(env map[string]string, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func loopback(t *testing.T) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
-}
-
 // syncBuffer collects the serving process's logs from its goroutines.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -72,10 +67,10 @@ func TestHealthcheckAgainstServe(t *testing.T) {
 	srv := redistest.New(t)
 	app := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(app.Close)
-	admin := loopback(t)
+	admin := redistest.FreeAddr(t)
 	env := map[string]string{
 		"UPSTREAM_URL": app.URL,
-		"LISTEN_ADDR":  loopback(t),
+		"LISTEN_ADDR":  redistest.FreeAddr(t),
 		"ADMIN_ADDR":   admin,
 		"REDIS_URL":    srv.URL(),
 	}
@@ -289,7 +284,7 @@ func between(v any, lo, hi float64) bool {
 }
 
 func TestStoreCommandUsage(t *testing.T) {
-	redisURL := "redis://" + loopback(t) // nothing listens: usage errors come first
+	redisURL := "redis://" + redistest.FreeAddr(t) // nothing listens: usage errors come first
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -322,7 +317,7 @@ func TestInspectAndForgetThroughAdminAPI(t *testing.T) {
 		mu.Unlock()
 	}))
 	t.Cleanup(app.Close)
-	listen, adminAddr := loopback(t), loopback(t)
+	listen, adminAddr := redistest.FreeAddr(t), redistest.FreeAddr(t)
 	env := map[string]string{"UPSTREAM_URL": app.URL, "LISTEN_ADDR": listen, "ADMIN_ADDR": adminAddr, "ADMIN_TOKEN": "s3cret"}
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}

@@ -8,11 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
 func TestMigratePrint(t *testing.T) {
 	// --print contacts no database: nothing listens at this URL.
-	out, err := runCommand(map[string]string{"DATABASE_URL": "postgres://" + loopback(t) + "/x", "DATABASE_TABLE_PREFIX": "acme_"}, "migrate", "--print")
+	out, err := runCommand(map[string]string{"DATABASE_URL": "postgres://" + redistest.FreeAddr(t) + "/x", "DATABASE_TABLE_PREFIX": "acme_"}, "migrate", "--print")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestMigratePostgres(t *testing.T) {
 }
 
 func TestMigratePostgresUsage(t *testing.T) {
-	pg := map[string]string{"DATABASE_URL": "postgres://" + loopback(t) + "/x"}
+	pg := map[string]string{"DATABASE_URL": "postgres://" + redistest.FreeAddr(t) + "/x"}
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -59,7 +60,7 @@ func TestMigratePostgresUsage(t *testing.T) {
 		want string
 	}{
 		{"no store", nil, []string{"migrate"}, "DATABASE_URL"},
-		{"Redis", map[string]string{"REDIS_URL": "redis://" + loopback(t)}, []string{"migrate"}, "DATABASE_URL"},
+		{"Redis", map[string]string{"REDIS_URL": "redis://" + redistest.FreeAddr(t)}, []string{"migrate"}, "DATABASE_URL"},
 		{"unknown flag", pg, []string{"migrate", "--dry-run"}, "usage: webhook-dedup migrate [--print]"},
 		{"bad prefix", map[string]string{"DATABASE_URL": pg["DATABASE_URL"], "DATABASE_TABLE_PREFIX": "a-b"}, []string{"migrate", "--print"}, "DATABASE_TABLE_PREFIX"},
 	} {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/webhook-dedup/webhook-dedup/internal/dynamotest"
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
 // migrate creates the DynamoDB table, then finds it; dynalite's missing
@@ -37,7 +38,7 @@ func TestMigrateDynamoDB(t *testing.T) {
 }
 
 func TestMigrateNeedsATableStore(t *testing.T) {
-	for _, env := range []map[string]string{nil, {"REDIS_URL": "redis://" + loopback(t)}} {
+	for _, env := range []map[string]string{nil, {"REDIS_URL": "redis://" + redistest.FreeAddr(t)}} {
 		_, err := runCommand(env, "migrate")
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), "DYNAMODB_TABLE") {
 			t.Errorf("migrate with %v: %v; want exit status 2 naming DYNAMODB_TABLE", env, err)

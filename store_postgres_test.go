@@ -9,6 +9,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
 // TestCacheKeepsQueue checks the cache in front of a store that keeps an
@@ -21,7 +22,7 @@ func TestCacheKeepsQueue(t *testing.T) {
 	if _, ok := st.(dedup.Queue); ok {
 		t.Error("the in-memory store, cached, offers a queue it does not keep")
 	}
-	pg, err := dedup.OpenPostgres(dedup.PostgresConfig{URL: "postgres://" + loopback(t) + "/x"})
+	pg, err := dedup.OpenPostgres(dedup.PostgresConfig{URL: "postgres://" + redistest.FreeAddr(t) + "/x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func TestCacheKeepsQueue(t *testing.T) {
 	if _, ok := st.(*dedup.CachedQueue); !ok {
 		t.Errorf("PostgreSQL, cached, is a %T, want the cache in front of the queue too", st)
 	}
-	rs, err := dedup.OpenRedis(dedup.RedisConfig{URL: "redis://" + loopback(t)})
+	rs, err := dedup.OpenRedis(dedup.RedisConfig{URL: "redis://" + redistest.FreeAddr(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestCacheKeepsQueue(t *testing.T) {
 // notifications has none.
 func TestNotificationsBehindCache(t *testing.T) {
 	cfg := &config.Config{CacheSize: 10, CacheTTL: time.Minute}
-	pg, err := dedup.OpenPostgres(dedup.PostgresConfig{URL: "postgres://" + loopback(t) + "/x"})
+	pg, err := dedup.OpenPostgres(dedup.PostgresConfig{URL: "postgres://" + redistest.FreeAddr(t) + "/x"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,9 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +87,7 @@ func TestImageHealthcheck(t *testing.T) {
 	if !ok {
 		t.Fatalf("HEALTHCHECK %q is not in exec form", hc.args)
 	}
-	adminAddr := freeAddr(t)
+	adminAddr := redistest.FreeAddr(t)
 	healthcheck := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -107,8 +105,8 @@ func TestImageHealthcheck(t *testing.T) {
 
 	serve := exec.Command(b.binary)
 	serve.Env = []string{
-		"UPSTREAM_URL=http://" + freeAddr(t),
-		"LISTEN_ADDR=" + freeAddr(t),
+		"UPSTREAM_URL=http://" + redistest.FreeAddr(t),
+		"LISTEN_ADDR=" + redistest.FreeAddr(t),
 		"ADMIN_ADDR=" + adminAddr,
 		"LOG_LEVEL=error",
 	}
@@ -161,12 +159,4 @@ func TestImageHealthcheck(t *testing.T) {
 	if err := healthcheck(); err == nil {
 		t.Error("healthcheck passed after webhook-dedup exited")
 	}
-}
-
-// freeAddr returns a loopback address with a port nothing listens on. The
-// port is drawn below the ephemeral range: one the kernel picked there could
-// be taken by an outgoing connection before webhook-dedup binds it.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 }

@@ -431,7 +431,7 @@ func TestPassThrough(t *testing.T) {
 // releases the claim, so the retry is forwarded once the app is up.
 func TestUpstreamUnreachable(t *testing.T) {
 	t.Parallel()
-	addr := loopbackAddr(t)
+	addr := redistest.FreeAddr(t)
 	px := startProxy(t, map[string]string{"UPSTREAM_URL": "http://" + addr, "ROUTES": routes(allProviders...)})
 	ctx, client := testContext(t), newClient(t)
 

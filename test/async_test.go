@@ -171,7 +171,7 @@ func TestAsyncAppDown(t *testing.T) {
 	// The app is down: connections to its port are refused. The port is
 	// drawn below the ephemeral range, so no outgoing connection takes it
 	// before the app comes up on it.
-	addr := loopbackAddr(t)
+	addr := redistest.FreeAddr(t)
 	px := startProxy(t, asyncEnv("http://"+addr, diskStore.env(t)))
 	const n = 20
 	keys := queueEvents(t, px, github, n)

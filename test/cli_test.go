@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
 // TestInspectStoreDownSaysOneThing: with Redis unreachable, inspect exits
@@ -12,7 +14,7 @@ import (
 func TestInspectStoreDownSaysOneThing(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(binary, "inspect", "stripe", "evt_1")
-	cmd.Env = envList(map[string]string{"REDIS_URL": "redis://" + loopbackAddr(t)}) // nothing listens there
+	cmd.Env = envList(map[string]string{"REDIS_URL": "redis://" + redistest.FreeAddr(t)}) // nothing listens there
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

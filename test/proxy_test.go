@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"sort"
@@ -98,12 +97,12 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 		full[k] = v
 	}
 	if _, ok := full["LISTEN_ADDR"]; !ok {
-		full["LISTEN_ADDR"] = loopbackAddr(t)
+		full["LISTEN_ADDR"] = redistest.FreeAddr(t)
 	}
 	if _, ok := full["ADMIN_ADDR"]; !ok {
-		admin := loopbackAddr(t)
+		admin := redistest.FreeAddr(t)
 		for admin == full["LISTEN_ADDR"] {
-			admin = loopbackAddr(t)
+			admin = redistest.FreeAddr(t)
 		}
 		full["ADMIN_ADDR"] = admin
 	}
@@ -141,11 +140,6 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 // binary is built with -race when the tests run with -race) or a panic in
 // a handler.
 var crashSigns = []string{"WARNING: DATA RACE", "http: panic serving", "panic: "}
-
-// loopbackAddr is 127.0.0.1 with a port that was free a moment ago.
-func loopbackAddr(t testing.TB) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
-}
 
 func envList(env map[string]string) []string {
 	list := make([]string, 0, len(env))

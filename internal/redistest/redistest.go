@@ -55,7 +55,7 @@ func New(t testing.TB, args ...string) *Server {
 func newServer(t testing.TB, args ...string) *Server {
 	t.Helper()
 	needRedis(t)
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))), Args: args, t: t, dir: t.TempDir()}
+	s := &Server{Addr: FreeAddr(t), Args: args, t: t, dir: t.TempDir()}
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -164,6 +164,11 @@ var (
 	// for as long as it lives, as closing one drops its lock.
 	portLocks []*os.File
 )
+
+// FreeAddr is 127.0.0.1 with a FreePort.
+func FreeAddr(t testing.TB) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
 
 // FreePort returns a loopback TCP port that was free a moment ago and that
 // neither this process nor another test process using this package has
