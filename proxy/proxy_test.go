@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -343,6 +344,55 @@ func TestNon2xxReleasesSoRetryIsForwarded(t *testing.T) {
 	wantAnswer(t, resp, http.StatusOK, "duplicate")
 	if n := f.up.calls.Load(); n != 2 {
 		t.Fatalf("upstream called %d times, want 2", n)
+	}
+}
+
+// noRedirects is a sender that takes a 3xx as the answer, as webhook
+// senders do, rather than following it: the test must see what the proxy
+// relayed, not where it pointed.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// TestRedirectReleasesSoRetryIsForwarded: only a 2xx means the app took
+// the event. A 3xx (a moved endpoint, a login page, a cache's 304) is
+// relayed to the sender unchanged and releases the claim, so the sender's
+// retry is forwarded rather than answered duplicate.
+func TestRedirectReleasesSoRetryIsForwarded(t *testing.T) {
+	for _, status := range []int{http.StatusFound, http.StatusNotModified, http.StatusTemporaryRedirect} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			f := newFixture(t, "/gh=github", proxy.Config{})
+			f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				w.Header().Set("Location", "/elsewhere")
+				w.Header().Set("X-App", "moved")
+				w.WriteHeader(status)
+				if status != http.StatusNotModified { // a 304 has no body
+					_, _ = io.WriteString(w, "moved")
+				}
+			})
+			id := "m" + strconv.Itoa(status)
+			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/gh", strings.NewReader("{}"))
+			req.Header.Set("X-GitHub-Delivery", id)
+			resp, err := noRedirects.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			wantAnswer(t, resp, status, "forwarded")
+			wantBody := "moved"
+			if status == http.StatusNotModified {
+				wantBody = ""
+			}
+			if got := readAll(t, resp); got != wantBody || resp.Header.Get("Location") != "/elsewhere" || resp.Header.Get("X-App") != "moved" {
+				t.Fatalf("the app's %d was not relayed unchanged: body %q, Location %q, X-App %q", status, got, resp.Header.Get("Location"), resp.Header.Get("X-App"))
+			}
+			// The claim is settled before the sender sees the answer.
+			assertFree(t, f.store, "test:github:"+id)
+			f.up.setAnswer(nil)
+			wantAnswer(t, f.post(t, "/gh", gh(id), "{}"), http.StatusOK, "forwarded")
+			wantAnswer(t, f.post(t, "/gh", gh(id), "{}"), http.StatusOK, "duplicate")
+			if n := f.up.calls.Load(); n != 2 {
+				t.Fatalf("upstream called %d times, want 2", n)
+			}
+		})
 	}
 }
 
