@@ -628,16 +628,30 @@ type stallingStore struct {
 	*dedup.Memory
 	claiming chan string // the key of each claim as it begins
 	proceed  chan struct{}
+	claimed  chan dedup.Claim // each claim the store took, once it holds the key
 }
 
 func (s stallingStore) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error) {
 	s.claiming <- key
 	select {
 	case <-s.proceed:
-		return s.Memory.Claim(ctx, key, lease)
+		c, rec, err := s.Memory.Claim(ctx, key, lease)
+		s.tell(c, rec, err)
+		return c, rec, err
 	case <-ctx.Done():
-		_, _, _ = s.Memory.Claim(context.Background(), key, lease)
+		s.tell(s.Memory.Claim(context.Background(), key, lease))
 		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, ctx.Err())
+	}
+}
+
+// tell reports a claim the store took on claimed, if there is room.
+func (s stallingStore) tell(c dedup.Claim, _ dedup.Record, err error) {
+	if err != nil || c.Token == "" {
+		return
+	}
+	select {
+	case s.claimed <- c:
+	default:
 	}
 }
 
@@ -647,7 +661,7 @@ func (s stallingStore) Claim(ctx context.Context, key string, lease time.Duratio
 // than left to sit out its lease. (net/http notices a closed connection
 // once the body has been read, as it is on a JSON route.)
 func TestSenderGoneDuringClaim(t *testing.T) {
-	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan string, 1), proceed: make(chan struct{})}
+	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan string, 1), proceed: make(chan struct{}), claimed: make(chan dedup.Claim, 1)}
 	t.Cleanup(func() { st.Close() })
 	gone := make(chan struct{}) // closed once the proxy sees the sender gone
 	f := newWrappedFixture(t, "/events=json:id", proxy.Config{Store: st}, func(h http.Handler) http.Handler {
@@ -667,8 +681,19 @@ func TestSenderGoneDuringClaim(t *testing.T) {
 	}
 	<-gone
 	close(st.proceed) // the store takes the claim just after the sender left
-	pollFree(t, f.store, key)
+	// Until the store has taken the claim the key is free whether or not
+	// the proxy releases it: wait for the claim to land, then for the
+	// request to be counted (after its claim was settled), and only then
+	// look at the key.
+	select {
+	case <-st.claimed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the store took no claim within 5s of being let go")
+	}
 	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
+	if rec, err := f.store.Lookup(context.Background(), key); !errors.Is(err, dedup.ErrNotFound) {
+		t.Fatalf("key %s: %v %v once the request ended; want released, free to claim again (not left to sit out its lease)", key, rec.State, err)
+	}
 	for _, outcome := range []string{"store-unavailable", "forwarded"} {
 		if n := f.counter(t, "webhook_dedup_requests_total", "outcome", outcome); n != 0 {
 			t.Errorf("counted %v %s, want 0", n, outcome)
@@ -728,23 +753,6 @@ func assertFree(t *testing.T, s proxy.Store, key string) {
 	t.Helper()
 	if rec, err := s.Lookup(context.Background(), key); !errors.Is(err, dedup.ErrNotFound) {
 		t.Fatalf("key %s: %v %v, want released", key, rec.State, err)
-	}
-}
-
-// pollFree waits, with a deadline, for a claim to be released by a handler
-// that finishes after its client has gone.
-func pollFree(t *testing.T, s proxy.Store, key string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := s.Lookup(context.Background(), key)
-		if errors.Is(err, dedup.ErrNotFound) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s still held after 5s", key)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
