@@ -396,19 +396,25 @@ func TestRedirectReleasesSoRetryIsForwarded(t *testing.T) {
 	}
 }
 
-// blockingUpstream holds requests until release is closed and signals each arrival.
-func blockingUpstream(f *fixture) (arrived chan struct{}, release chan struct{}) {
-	arrived, release = make(chan struct{}, 16), make(chan struct{})
+// blockingUpstream holds requests until release is called, at the latest
+// when the test ends, and signals each arrival. Without the cleanup a test
+// failing while requests are held would hang in the servers' Close until
+// the test binary's timeout, instead of reporting its failure.
+func blockingUpstream(t *testing.T, f *fixture) (arrived chan struct{}, release func()) {
+	arrived, held := make(chan struct{}, 16), make(chan struct{})
 	f.up.setAnswer(func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		arrived <- struct{}{}
-		<-release
+		<-held
 	})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release) // runs before the servers close: registered after them
 	return arrived, release
 }
 
 func TestInFlightDuplicate(t *testing.T) {
 	f := newFixture(t, "/gh=github,/bb=bitbucket", proxy.Config{LeaseTTL: 30 * time.Second})
-	arrived, release := blockingUpstream(f)
+	arrived, release := blockingUpstream(t, f)
 	first := f.postAsync(t, "/gh", gh("f1"), "{}")
 	<-arrived
 
@@ -422,7 +428,7 @@ func TestInFlightDuplicate(t *testing.T) {
 	<-arrived
 	resp = f.post(t, "/bb", map[string]string{"X-Request-UUID": "b1", "X-Event-Key": "repo:push"}, "{}")
 	wantAnswer(t, resp, http.StatusServiceUnavailable, "in-flight") // Bitbucket retries only 5xx
-	close(release)
+	release()
 	wantAnswer(t, <-first, http.StatusOK, "forwarded")
 	wantAnswer(t, <-firstBB, http.StatusOK, "forwarded")
 }
@@ -512,8 +518,7 @@ func TestInflightWait(t *testing.T) {
 func TestInflightWaitEndsUnresolved(t *testing.T) {
 	st := newLookupWatch(t)
 	f := newFixture(t, "/gh=github", proxy.Config{Store: st, InflightWait: 100 * time.Millisecond, InflightStatus: http.StatusServiceUnavailable})
-	arrived, release := blockingUpstream(f)
-	defer close(release)
+	arrived, _ := blockingUpstream(t, f) // held until the test ends
 	f.postAsync(t, "/gh", gh("u1"), "{}")
 	<-arrived
 	resp := f.post(t, "/gh", gh("u1"), "{}")
@@ -543,8 +548,7 @@ func TestUpstreamFailuresRelease(t *testing.T) {
 	})
 	t.Run("timeout: 504", func(t *testing.T) {
 		f := newFixture(t, "/gh=github", proxy.Config{UpstreamTimeout: 100 * time.Millisecond})
-		_, release := blockingUpstream(f)
-		defer close(release)
+		blockingUpstream(t, f) // held until the test ends
 		resp := f.post(t, "/gh", gh("x2"), "{}")
 		wantAnswer(t, resp, http.StatusGatewayTimeout, "upstream-error")
 		assertFree(t, f.store, "test:github:x2")
