@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,6 +194,34 @@ func TestRetriedUntilSuccess(t *testing.T) {
 	}
 	if d := q.record(t, "k").Delivery; d.Attempts != 3 {
 		t.Errorf("completed after %d attempts, want 3", d.Attempts)
+	}
+}
+
+// TestRedirectIsRetried: only a 2xx completes an event. A 3xx (a moved
+// endpoint, a login page, a cache's 304) means the app did not take it:
+// the attempt fails and is retried, as on a sync route, where the claim is
+// released.
+func TestRedirectIsRetried(t *testing.T) {
+	for _, status := range []int{http.StatusFound, http.StatusNotModified, http.StatusTemporaryRedirect} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			a := newApp(t, func(string) (int, string) { return status, "" })
+			q := newQueue(t)
+			q.enqueue(t, "k", webhookRequest("{}"))
+			// An hour's backoff: one attempt within the test.
+			run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Hour, MaxInterval: time.Hour})
+			await(t, "the attempt settled", func() bool {
+				rec := q.record(t, "k")
+				return rec.State == dedup.Completed || rec.Delivery.LastStatus != 0
+			})
+			rec := q.record(t, "k")
+			want := "the app answered " + strconv.Itoa(status)
+			if d := rec.Delivery; rec.State != dedup.Queued || d.Attempts != 1 || d.LastStatus != status || d.LastError != want || d.NextAttemptAt.IsZero() {
+				t.Errorf("after the app answered %d: %s %+v; want queued for a retry, 1 attempt, last status %d, %q", status, rec.State, d, status, want)
+			}
+			if n := len(a.requests()); n != 1 {
+				t.Errorf("the app received %d attempts, want 1", n)
+			}
+		})
 	}
 }
 
