@@ -245,17 +245,48 @@ func TestDeadLetteredAfterMaxAttempts(t *testing.T) {
 	}
 }
 
-// TestDeadLetteredAfterMaxAge: an event accepted longer ago than MaxAge is
-// dead-lettered at its next failure, whatever its attempt count.
+// TestDeadLetteredAfterMaxAge: an event still failing MaxAge after it was
+// accepted is dead-lettered at that failure, whatever its attempt count;
+// one failing just short of MaxAge is retried. The workers' clock stands
+// still a second past or a second short of MaxAge after the event was
+// accepted, so a threshold off by more than that (twice MaxAge, half of
+// it) fails one side, while > for >= changes nothing.
 func TestDeadLetteredAfterMaxAge(t *testing.T) {
-	a := newApp(t, func(string) (int, string) { return http.StatusInternalServerError, "" })
-	q := newQueue(t)
-	q.enqueue(t, "k", webhookRequest("{}"))
-	// The workers' clock runs two hours ahead of the store's.
-	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), MaxAge: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
-	await(t, "dead letter", func() bool { return q.record(t, "k").State == dedup.Failed })
-	if n := len(a.requests()); n != 1 {
-		t.Errorf("%d attempts before dead-lettering an event past its age, want 1", n)
+	const maxAge = time.Hour
+	for _, tc := range []struct {
+		name string
+		age  time.Duration
+		want dedup.State
+	}{
+		{"just past MaxAge: dead-lettered", maxAge + time.Second, dedup.Failed},
+		{"just short of MaxAge: retried", maxAge - time.Second, dedup.Queued},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApp(t, func(string) (int, string) { return http.StatusInternalServerError, "" })
+			q := newQueue(t)
+			// The store stamps the event accepted with its own clock, to
+			// the millisecond, somewhere between these two.
+			before := time.Now().Truncate(time.Millisecond)
+			q.enqueue(t, "k", webhookRequest("{}"))
+			after := time.Now()
+			// Past MaxAge: at least age after the latest it can have been
+			// accepted; short of it: at most age after the earliest.
+			now := before.Add(tc.age)
+			if tc.want == dedup.Failed {
+				now = after.Add(tc.age)
+			}
+			// The retry is due an hour ahead of the store's clock: one
+			// attempt within the test.
+			run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), MaxAge: maxAge, Now: func() time.Time { return now }})
+			await(t, "the attempt settled", func() bool { return q.record(t, "k").Delivery.LastStatus != 0 })
+			if rec := q.record(t, "k"); rec.State != tc.want || rec.Delivery.Attempts != 1 {
+				t.Errorf("an event failing %s after it was accepted (RETRY_MAX_AGE %s): %s after %d attempts, want %s after 1",
+					tc.age, maxAge, rec.State, rec.Delivery.Attempts, tc.want)
+			}
+			if n := len(a.requests()); n != 1 {
+				t.Errorf("the app received %d attempts, want 1", n)
+			}
+		})
 	}
 }
 
