@@ -22,7 +22,7 @@ type app struct {
 	mu       sync.Mutex
 	received []received
 	answer   func(attempt string) (status int, retryAfter string)
-	hold     chan struct{} // nil: answer at once
+	hold     chan struct{} // nil: answer at once; set by holdAll
 	inside   atomic.Int32
 	most     atomic.Int32
 }
@@ -67,6 +67,30 @@ func newApp(t *testing.T, answer func(attempt string) (int, string)) *app {
 	}))
 	t.Cleanup(a.Close)
 	return a
+}
+
+// holdAll makes every request wait in the app until the returned release,
+// which is safe to call twice and is called when the test ends: a test
+// failing while the app holds attempts must not leave the workers' stop
+// waiting on them for ShutdownTimeout (or UpstreamTimeout). Cleanups run
+// last registered first, so a test that holds the app before run also
+// registers release after run, for it to come before the workers' stop.
+func (a *app) holdAll(t *testing.T) (release func()) {
+	ch := make(chan struct{})
+	a.mu.Lock()
+	a.hold = ch
+	a.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			a.mu.Lock()
+			a.hold = nil
+			a.mu.Unlock()
+			close(ch)
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 func (a *app) requests() []received {
@@ -365,17 +389,15 @@ func TestRetryAfterHonoured(t *testing.T) {
 // that many when the queue has the work.
 func TestConcurrencyBound(t *testing.T) {
 	a := newApp(t, nil)
-	a.hold = make(chan struct{})
+	release := a.holdAll(t)
 	q := newQueue(t)
 	for i := 0; i < 10; i++ {
 		q.enqueue(t, "k"+string(rune('a'+i)), webhookRequest("{}"))
 	}
 	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 3, PollInterval: time.Millisecond})
+	t.Cleanup(release) // before run's stop, should the test fail
 	await(t, "three attempts at the app", func() bool { return a.inside.Load() == 3 })
-	a.mu.Lock()
-	close(a.hold)
-	a.hold = nil
-	a.mu.Unlock()
+	release()
 	await(t, "all delivered", func() bool { return q.depth(t) == 0 && len(a.requests()) == 10 })
 	if m := a.most.Load(); m != 3 {
 		t.Errorf("at most %d attempts at once at the app, want 3", m)
@@ -404,16 +426,17 @@ func TestNudge(t *testing.T) {
 func TestShutdown(t *testing.T) {
 	t.Run("attempt finishes", func(t *testing.T) {
 		a := newApp(t, nil)
-		a.hold = make(chan struct{})
+		release := a.holdAll(t)
 		q := newQueue(t)
 		q.enqueue(t, "k1", webhookRequest("{}"))
 		// An hour's poll: k2, queued without a nudge, is never looked for.
 		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: time.Minute, PollInterval: time.Hour})
+		t.Cleanup(release) // before run's stop, should the test fail
 		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
 		q.enqueue(t, "k2", webhookRequest("{}"))
 		stopped := make(chan struct{})
 		go func() { stop(); close(stopped) }()
-		close(a.hold) // the app answers while the workers are stopping
+		release() // the app answers while the workers are stopping
 		<-stopped
 		if rec := q.record(t, "k1"); rec.State != dedup.Completed {
 			t.Errorf("running attempt: state %s after shutdown, want completed", rec.State)
@@ -424,8 +447,7 @@ func TestShutdown(t *testing.T) {
 	})
 	t.Run("attempt outlasts the timeout", func(t *testing.T) {
 		a := newApp(t, nil)
-		a.hold = make(chan struct{})
-		t.Cleanup(func() { close(a.hold) })
+		a.holdAll(t) // until the test ends: the attempt must outlast ShutdownTimeout
 		q := newQueue(t)
 		q.enqueue(t, "k", webhookRequest("{}"))
 		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: 20 * time.Millisecond})
