@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
-	"github.com/webhook-dedup/webhook-dedup/proxy"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // HeaderAttempt tells the app which attempt this is: 1 for the first.
@@ -31,15 +31,16 @@ const (
 	resultDeadLettered = "dead-lettered"
 )
 
-// forwarder sends a queued request to the upstream through the proxy's own
-// Rewrite, so the app receives what a sync route would have forwarded.
+// forwarder sends a queued request to the upstream through the Rewrite
+// sync routes use (upstream.Rewrite), so the app receives what a sync
+// route would have forwarded.
 type forwarder struct {
 	reverse *httputil.ReverseProxy
 }
 
-func newForwarder(upstream *url.URL, transport http.RoundTripper, log *zap.Logger) *forwarder {
+func newForwarder(app *url.URL, transport http.RoundTripper, log *zap.Logger) *forwarder {
 	return &forwarder{reverse: &httputil.ReverseProxy{
-		Rewrite:   proxy.Rewrite(upstream),
+		Rewrite:   upstream.Rewrite(app),
 		Transport: transport,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			w.(*outcome).err = err
@@ -140,7 +141,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
 	defer cancel()
-	if o.err == nil && o.status >= 200 && o.status <= 299 {
+	if o.err == nil && upstream.Completes(o.status) {
 		if ttl <= 0 {
 			ttl = w.cfg.DefaultTTL
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // Queue is what the workers need of the store's async queue (dedup.Queue).
@@ -32,7 +33,8 @@ type Config struct {
 	Queue Queue
 	// Upstream is the app's base URL. Required.
 	Upstream *url.URL
-	// Transport reaches the upstream. If nil, http.DefaultTransport.
+	// Transport reaches the upstream. If nil, upstream.NewTransport(), as
+	// a sync route's.
 	Transport http.RoundTripper
 	// Settlement names the route a queued request arrived on (the route
 	// label of the metrics) and how long its completed record is kept
@@ -129,7 +131,7 @@ func New(cfg Config) *Workers {
 		cfg.StoreTimeout = 5 * time.Second
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport
+		cfg.Transport = upstream.NewTransport()
 	}
 	if cfg.Settlement == nil {
 		cfg.Settlement = func(*http.Request) (string, time.Duration) { return "", 0 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // finishTimeout bounds completing or releasing a claim, which must not
@@ -173,7 +174,7 @@ func (h *Handler) settle(resp *http.Response) error {
 		return nil // passed through, or forwarded unchecked
 	}
 	ctx := resp.Request.Context()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if !upstream.Completes(resp.StatusCode) {
 		_ = f.lease.Release(ctx) // its error is in the lease, for the log line
 		return nil
 	}

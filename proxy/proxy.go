@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // Store is what the proxy needs of a dedup store (dedup.Redis, dedup.Memory).
@@ -163,7 +164,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Enqueued = func() {}
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+		cfg.Transport = upstream.NewTransport()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -183,20 +184,6 @@ func New(cfg Config) (*Handler, error) {
 	h.abandon, h.stop = context.WithCancel(context.Background())
 	h.reverse = h.newReverseProxy(cfg.Upstream)
 	return h, nil
-}
-
-// NewTransport returns the upstream transport: a clone of
-// http.DefaultTransport whose keep-alive pool is large enough that
-// connection setup never limits throughput, and that never adds
-// Accept-Encoding (the upstream must see the sender's headers unchanged).
-func NewTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 1024
-	t.IdleConnTimeout = 90 * time.Second
-	t.DisableCompression = true
-	t.ForceAttemptHTTP2 = false
-	return t
 }
 
 // Abandon makes requests still in progress give up: waits end and upstream
