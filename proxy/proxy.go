@@ -105,9 +105,11 @@ type Handler struct {
 	routes  routeTable
 	reverse *httputil.ReverseProxy
 	leases  *leases
-	log     *zap.Logger
-	m       *Metrics
-	pool    bufferPool
+	// completion is what a 2xx leaves in the event's record.
+	completion upstream.Completion
+	log        *zap.Logger
+	m          *Metrics
+	pool       bufferPool
 	// bodies are the buffers of the bodies read, charged to budget.
 	bodies bodyPool
 	budget bodyBudget
@@ -176,8 +178,13 @@ func New(cfg Config) (*Handler, error) {
 		cfg:    cfg,
 		routes: newRouteTable(cfg.Routes),
 		leases: &leases{store: cfg.Store, lease: cfg.LeaseTTL, m: cfg.Metrics},
-		log:    cfg.Logger,
-		m:      cfg.Metrics,
+		completion: upstream.Completion{
+			ReplayResponse:  cfg.ReplayResponse,
+			ReplayMaxBytes:  cfg.ReplayMaxBytes,
+			BodyFingerprint: cfg.BodyFingerprint,
+		},
+		log: cfg.Logger,
+		m:   cfg.Metrics,
 	}
 	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
 	h.budget.m.max.Set(float64(cfg.MaxBuffered))
