@@ -76,7 +76,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return err
 	}
 	var handler *proxy.Handler
-	queue, workers := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration) {
+	queue, workers := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration, string) {
 		return handler.Settlement(r)
 	})
 	var enqueued func() // nil: proxy.New makes it a no-op
@@ -357,7 +357,7 @@ func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Lo
 // store's queue, the workers and their metrics. Without async routes it
 // returns nils.
 func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log *zap.Logger,
-	settlement func(*http.Request) (string, time.Duration)) (dedup.Queue, *delivery.Workers) {
+	settlement func(*http.Request) (string, time.Duration, string)) (dedup.Queue, *delivery.Workers) {
 	if !cfg.AsyncRoutes() {
 		return nil, nil
 	}
@@ -369,6 +369,10 @@ func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log 
 		Upstream:        cfg.Upstream,
 		Transport:       upstream.NewTransport(),
 		Settlement:      settlement,
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		BodyFingerprint: cfg.DedupBodyFingerprint,
+		KeyPrefix:       cfg.KeyPrefix,
 		DefaultTTL:      cfg.DedupTTL,
 		Concurrency:     cfg.DeliveryConcurrency,
 		UpstreamTimeout: cfg.UpstreamTimeout,
