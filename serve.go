@@ -28,6 +28,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // store is what serving needs of a dedup store: the proxy's and the admin
@@ -75,7 +76,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return err
 	}
 	var handler *proxy.Handler
-	queue, workers := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration) {
+	queue, workers := asyncDelivery(cfg, st, reg, log, func(r *http.Request) (string, time.Duration, string) {
 		return handler.Settlement(r)
 	})
 	var enqueued func() // nil: proxy.New makes it a no-op
@@ -289,14 +290,14 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 // upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
 // request at its base URL. Any answer counts, a 404 too: the question is
 // whether the app is up, not whether it serves that path.
-func upstreamAnswers(upstream *url.URL) func(ctx context.Context) error {
+func upstreamAnswers(app *url.URL) func(ctx context.Context) error {
 	client := &http.Client{
-		Transport: proxy.NewTransport(),
+		Transport: upstream.NewTransport(),
 		// A redirect is an answer.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream.String(), nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, app.String(), nil)
 		if err != nil {
 			return err
 		}
@@ -356,7 +357,7 @@ func monitorRedis(ctx context.Context, cfg *config.Config, st store, log *zap.Lo
 // store's queue, the workers and their metrics. Without async routes it
 // returns nils.
 func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log *zap.Logger,
-	settlement func(*http.Request) (string, time.Duration)) (dedup.Queue, *delivery.Workers) {
+	settlement func(*http.Request) (string, time.Duration, string)) (dedup.Queue, *delivery.Workers) {
 	if !cfg.AsyncRoutes() {
 		return nil, nil
 	}
@@ -366,8 +367,12 @@ func asyncDelivery(cfg *config.Config, st store, reg prometheus.Registerer, log 
 	workers := delivery.New(delivery.Config{
 		Queue:           queue,
 		Upstream:        cfg.Upstream,
-		Transport:       proxy.NewTransport(),
+		Transport:       upstream.NewTransport(),
 		Settlement:      settlement,
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		BodyFingerprint: cfg.DedupBodyFingerprint,
+		KeyPrefix:       cfg.KeyPrefix,
 		DefaultTTL:      cfg.DedupTTL,
 		Concurrency:     cfg.DeliveryConcurrency,
 		UpstreamTimeout: cfg.UpstreamTimeout,

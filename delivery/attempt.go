@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
-	"github.com/webhook-dedup/webhook-dedup/proxy"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // HeaderAttempt tells the app which attempt this is: 1 for the first.
@@ -31,16 +31,26 @@ const (
 	resultDeadLettered = "dead-lettered"
 )
 
-// forwarder sends a queued request to the upstream through the proxy's own
-// Rewrite, so the app receives what a sync route would have forwarded.
+// forwarder sends a queued request to the upstream through the Rewrite
+// sync routes use (upstream.Rewrite), so the app receives what a sync
+// route would have forwarded.
 type forwarder struct {
 	reverse *httputil.ReverseProxy
 }
 
-func newForwarder(upstream *url.URL, transport http.RoundTripper, log *zap.Logger) *forwarder {
+func newForwarder(app *url.URL, transport http.RoundTripper, completion upstream.Completion, log *zap.Logger) *forwarder {
 	return &forwarder{reverse: &httputil.ReverseProxy{
-		Rewrite:   proxy.Rewrite(upstream),
+		Rewrite:   upstream.Rewrite(app),
 		Transport: transport,
+		// A completing answer's body is kept for replay here, before the
+		// ReverseProxy copies it into the outcome, exactly as a sync
+		// route keeps it before relaying it to the sender.
+		ModifyResponse: func(resp *http.Response) error {
+			if o, ok := resp.Request.Context().Value(outcomeKey{}).(*outcome); ok && upstream.Completes(resp.StatusCode) {
+				o.replay = completion.Capture(resp)
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			w.(*outcome).err = err
 		},
@@ -49,12 +59,20 @@ func newForwarder(upstream *url.URL, transport http.RoundTripper, log *zap.Logge
 }
 
 // outcome is the app's answer to one attempt: the http.ResponseWriter the
-// ReverseProxy relays it into. The body is read and dropped.
+// ReverseProxy relays it into. The body is read and dropped, but for what
+// ModifyResponse kept for replay.
 type outcome struct {
 	header http.Header
 	status int
+	// replay is the body kept for replay (upstream.Completion.Capture);
+	// nil when none was.
+	replay []byte
 	err    error
 }
+
+// outcomeKey finds the attempt's outcome in the upstream request's
+// context, where ModifyResponse, which sees only the answer, looks for it.
+type outcomeKey struct{}
 
 func (o *outcome) Header() http.Header { return o.header }
 func (o *outcome) WriteHeader(code int) {
@@ -84,7 +102,7 @@ func (f *forwarder) send(ctx context.Context, req *http.Request) (o *outcome) {
 			}
 		}
 	}()
-	f.reverse.ServeHTTP(o, req.WithContext(ctx))
+	f.reverse.ServeHTTP(o, req.WithContext(context.WithValue(ctx, outcomeKey{}, o)))
 	return o
 }
 
@@ -124,13 +142,13 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	start := w.cfg.Now()
 	fields := []zap.Field{zap.String("event", d.Claim.Key), zap.Int("attempt", d.Attempt)}
-	route, ttl := "", time.Duration(0)
+	route, ttl, namespace := "", time.Duration(0), ""
 	var o *outcome
 	req, err := inbound(d.Request, d.Attempt)
 	if err != nil {
 		o = &outcome{err: err}
 	} else {
-		route, ttl = w.cfg.Settlement(req)
+		route, ttl, namespace = w.cfg.Settlement(req)
 		actx, cancel := context.WithTimeout(ctx, w.cfg.UpstreamTimeout)
 		o = w.forward.send(actx, req)
 		cancel()
@@ -140,14 +158,19 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
 	defer cancel()
-	if o.err == nil && o.status >= 200 && o.status <= 299 {
+	if o.err == nil && upstream.Completes(o.status) {
 		if ttl <= 0 {
 			ttl = w.cfg.DefaultTTL
 		}
-		res := dedup.Result{Status: o.status, Fingerprint: sha256.Sum256(d.Request.Body)}
+		sum := sha256.Sum256(d.Request.Body)
+		res := w.completion.Result(o.status, o.header, sum, o.replay)
 		err := w.cfg.Queue.Succeed(sctx, d, res, ttl)
 		w.cfg.Metrics.delivered(route, resultSucceeded, d.Attempt)
-		w.settled(append(fields, zap.String("result", resultSucceeded)), "delivered", err)
+		fields = append(fields, zap.String("result", resultSucceeded))
+		if err == nil && w.cfg.BodyFingerprint {
+			w.rememberBody(sctx, namespace, sum, res, ttl, fields)
+		}
+		w.settled(fields, "delivered", err)
 		return
 	}
 
@@ -182,6 +205,24 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	err = w.cfg.Queue.Retry(sctx, d, next, o.status, reason)
 	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
 	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)
+}
+
+// rememberBody records a delivered body's fingerprint under a key of its
+// own, as a sync route's completion does (DEDUP_BODY_FINGERPRINT). A
+// failure is logged and leaves the event's own record, which holds.
+func (w *Workers) rememberBody(ctx context.Context, namespace string, sum [32]byte, res dedup.Result, ttl time.Duration, fields []zap.Field) {
+	switch {
+	case namespace == "":
+		w.log.Warn("delivered body not recorded under its fingerprint: no route recognises the request any more (ROUTES changed since it was queued)", fields...)
+		return
+	case w.cfg.Bodies == nil:
+		w.log.Warn("delivered body not recorded under its fingerprint: the queue is no store to record it in, and Bodies is not set", fields...)
+		return
+	}
+	key := dedup.BodyKey(w.cfg.KeyPrefix, namespace, sum)
+	if err := upstream.RememberBody(ctx, w.cfg.Bodies, key, res, w.cfg.Lease, ttl); err != nil {
+		w.log.Warn("recording a delivered body's fingerprint failed: the same body under another event ID is not answered as a duplicate", append(fields, zap.Error(err))...)
+	}
 }
 
 // settled logs an attempt's line, or the failure to record its outcome.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // Queue is what the workers need of the store's async queue (dedup.Queue).
@@ -32,13 +33,38 @@ type Config struct {
 	Queue Queue
 	// Upstream is the app's base URL. Required.
 	Upstream *url.URL
-	// Transport reaches the upstream. If nil, http.DefaultTransport.
+	// Transport reaches the upstream. If nil, upstream.NewTransport(), as
+	// a sync route's.
 	Transport http.RoundTripper
 	// Settlement names the route a queued request arrived on (the route
-	// label of the metrics) and how long its completed record is kept
-	// (proxy.Handler.Settlement). If nil, or when it answers a zero TTL,
-	// DefaultTTL is used and the route label is empty.
-	Settlement func(*http.Request) (route string, ttl time.Duration)
+	// label of the metrics), how long its completed record is kept and
+	// the namespace of its event (the key of its body's record with
+	// BodyFingerprint), as the proxy decided them (proxy.Handler.Settlement).
+	// If nil, or when it answers a zero TTL, DefaultTTL is used; an empty
+	// route leaves the route label empty, an empty namespace records no
+	// body.
+	Settlement func(*http.Request) (route string, ttl time.Duration, namespace string)
+	// ReplayResponse keeps the app's response body and Content-Type in the
+	// completed record, as a sync route does, for duplicates to be
+	// answered with (REPLAY_RESPONSE).
+	ReplayResponse bool
+	// ReplayMaxBytes is the largest response body kept for replay; a
+	// larger one is not kept, and its duplicates get the plain duplicate
+	// answer. If zero, no body is kept: only answers with an empty body
+	// are replayed.
+	ReplayMaxBytes int
+	// BodyFingerprint also records each completed body's fingerprint
+	// under a key of its own in Bodies, as a sync route does
+	// (DEDUP_BODY_FINGERPRINT): the same body under another event ID is
+	// then a duplicate.
+	BodyFingerprint bool
+	// Bodies keeps the body records of BodyFingerprint: the store that
+	// holds the Queue. If nil, the Queue itself, as every store that
+	// keeps a queue is one (dedup.Disk, dedup.Redis, dedup.Postgres).
+	Bodies upstream.BodyStore
+	// KeyPrefix starts the key of every body record (dedup.BodyKey), as it
+	// starts the proxy's keys.
+	KeyPrefix string
 	// DefaultTTL keeps a completed record whose route no longer says how
 	// long. If zero, 72h (the generic sources' retention).
 	DefaultTTL time.Duration
@@ -83,11 +109,13 @@ type Config struct {
 
 // Workers deliver the queue's events. Run them once; Nudge from anywhere.
 type Workers struct {
-	cfg     Config
-	log     *zap.Logger
-	forward *forwarder
-	nudge   chan struct{}
-	freed   chan struct{}
+	cfg Config
+	log *zap.Logger
+	// completion is what a 2xx leaves in the event's record.
+	completion upstream.Completion
+	forward    *forwarder
+	nudge      chan struct{}
+	freed      chan struct{}
 }
 
 // New returns the Workers for cfg.
@@ -129,10 +157,13 @@ func New(cfg Config) *Workers {
 		cfg.StoreTimeout = 5 * time.Second
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport
+		cfg.Transport = upstream.NewTransport()
+	}
+	if cfg.Bodies == nil {
+		cfg.Bodies, _ = cfg.Queue.(upstream.BodyStore) // nil if it is not one: see rememberBody
 	}
 	if cfg.Settlement == nil {
-		cfg.Settlement = func(*http.Request) (string, time.Duration) { return "", 0 }
+		cfg.Settlement = func(*http.Request) (string, time.Duration, string) { return "", 0, "" }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -143,12 +174,18 @@ func New(cfg Config) *Workers {
 	if cfg.Jitter == nil {
 		cfg.Jitter = uniformJitter
 	}
+	completion := upstream.Completion{
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		BodyFingerprint: cfg.BodyFingerprint,
+	}
 	return &Workers{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		forward: newForwarder(cfg.Upstream, cfg.Transport, cfg.Logger),
-		nudge:   make(chan struct{}, 1),
-		freed:   make(chan struct{}, 1),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		completion: completion,
+		forward:    newForwarder(cfg.Upstream, cfg.Transport, completion, cfg.Logger),
+		nudge:      make(chan struct{}, 1),
+		freed:      make(chan struct{}, 1),
 	}
 }
 

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func (q *diskQueue) enqueue(t *testing.T, key string, req dedup.Request) {
 func (q *diskQueue) record(t *testing.T, key string) dedup.Record {
 	t.Helper()
 	rec, err := q.Lookup(context.Background(), key)
-	if err != nil && err != dedup.ErrNotFound {
+	if err != nil && !errors.Is(err, dedup.ErrNotFound) {
 		t.Fatal(err)
 	}
 	return rec

@@ -51,16 +51,18 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 
 // Settlement is how a queued request's delivery is settled, as the proxy
 // decided it when the request arrived: the route it came in on (the route
-// label of the delivery metrics) and how long its completed record is kept
-// (the preset's retention, or DEDUP_TTL). When no route matches any more
-// (ROUTES changed since), the route is empty and the TTL zero.
-func (h *Handler) Settlement(r *http.Request) (route string, ttl time.Duration) {
+// label of the delivery metrics), how long its completed record is kept
+// (the preset's retention, or DEDUP_TTL) and the namespace of its event
+// (the key of its body's record, DEDUP_BODY_FINGERPRINT). When no route
+// matches any more (ROUTES changed since), all three are empty; when the
+// route no longer recognises the request, only the route is known.
+func (h *Handler) Settlement(r *http.Request) (route string, ttl time.Duration, namespace string) {
 	rt := h.routes.match(r.URL.Path)
 	if rt == nil {
-		return "", 0
+		return "", 0, ""
 	}
 	if ext := rt.Source.Resolve(r.Header); ext != nil {
-		return rt.Path, ext.TTL
+		return rt.Path, ext.TTL, ext.Namespace
 	}
-	return rt.Path, 0
+	return rt.Path, 0, ""
 }

@@ -5,13 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/delivery"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
+	// Named apart from this package's upstream, the test app.
+	upstreamhttp "github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // queueStore is the embedded store on disk, whose Enqueue can be made to
@@ -164,19 +169,77 @@ func TestAsyncBodyLimit(t *testing.T) {
 	}
 }
 
-// TestSettlement: the delivery workers learn a queued request's route and
-// TTL as the proxy decided them.
+// TestSettlement: the delivery workers learn a queued request's route,
+// TTL and namespace as the proxy decided them: a preset's name, or a
+// generic route's path.
 func TestSettlement(t *testing.T) {
 	q := newQueueStore(t)
-	f := newFixture(t, "/hooks=github;async,/other=header:X-Id", proxy.Config{Store: q, Queue: q})
+	f := newFixture(t, "/hooks=github;async,/other=header:X-Id;async", proxy.Config{Store: q, Queue: q})
 	r, _ := http.NewRequest("POST", "/hooks/x", nil)
 	r.Header.Set("X-GitHub-Delivery", "d1")
 	r.Header.Set("X-GitHub-Event", "push")
-	if route, ttl := f.h.Settlement(r); route != "/hooks" || ttl != 4*24*time.Hour {
-		t.Errorf("Settlement(/hooks/x) = %q, %s; want /hooks, 96h", route, ttl)
+	if route, ttl, ns := f.h.Settlement(r); route != "/hooks" || ttl != 4*24*time.Hour || ns != "github" {
+		t.Errorf("Settlement(/hooks/x) = %q, %s, %q; want /hooks, 96h, github", route, ttl, ns)
+	}
+	r, _ = http.NewRequest("POST", "/other/y", nil)
+	r.Header.Set("X-Id", "e1")
+	if route, _, ns := f.h.Settlement(r); route != "/other" || ns != "/other" {
+		t.Errorf("Settlement(/other/y) = %q, %q; want /other, namespace /other", route, ns)
 	}
 	r, _ = http.NewRequest("POST", "/nowhere", nil)
-	if route, ttl := f.h.Settlement(r); route != "" || ttl != 0 {
-		t.Errorf("Settlement(/nowhere) = %q, %s; want none", route, ttl)
+	if route, ttl, ns := f.h.Settlement(r); route != "" || ttl != 0 || ns != "" {
+		t.Errorf("Settlement(/nowhere) = %q, %s, %q; want none", route, ttl, ns)
+	}
+}
+
+// TestAsyncDeliveredDuplicates: an event an async route queued and the
+// delivery workers completed answers its duplicates as a sync route's
+// would: with ReplayResponse the app's answer is replayed, and with
+// BodyFingerprint the same body under another ID is a duplicate too.
+func TestAsyncDeliveredDuplicates(t *testing.T) {
+	q := newQueueStore(t)
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q,
+		ReplayResponse: true, ReplayMaxBytes: 1024, BodyFingerprint: true})
+	f.up.setAnswer(func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("<Response/>"))
+	})
+	tr := upstreamhttp.NewTransport()
+	t.Cleanup(tr.CloseIdleConnections)
+	u, _ := url.Parse(f.up.URL)
+	w := delivery.New(delivery.Config{Queue: q, Upstream: u, Transport: tr, Settlement: f.h.Settlement,
+		ReplayResponse: true, ReplayMaxBytes: 1024, BodyFingerprint: true, Bodies: q, KeyPrefix: "test:",
+		PollInterval: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+
+	wantAnswer(t, f.post(t, "/hooks/a", map[string]string{"X-Id": "e1"}, "payload"), http.StatusAccepted, "queued")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := q.Lookup(context.Background(), "test:/hooks:e1")
+		if err == nil && rec.State == dedup.Completed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered within 10s: %s, %v", rec.State, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop() // the attempt has ended: the body's record is written too
+	// e2 is another ID with the same body.
+	for _, id := range []string{"e1", "e2"} {
+		resp := f.post(t, "/hooks/a", map[string]string{"X-Id": id}, "payload")
+		wantAnswer(t, resp, http.StatusCreated, "duplicate")
+		if ct, b := resp.Header.Get("Content-Type"), readAll(t, resp); ct != "text/xml" || b != "<Response/>" {
+			t.Errorf("duplicate %s: replayed %q %q, want the app's text/xml <Response/>", id, ct, b)
+		}
+	}
+	if n := f.up.calls.Load(); n != 1 {
+		t.Errorf("the app was called %d times, want once", n)
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
+	// Named apart from this package's upstream, the test app.
+	upstreamhttp "github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // writeCounter counts the writes made on a connection to the upstream.
@@ -61,7 +63,7 @@ func newArrivedFixture(t *testing.T, maxBody int64) *arrivedFixture {
 	}))
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
-	tr := proxy.NewTransport()
+	tr := upstreamhttp.NewTransport()
 	var d net.Dialer
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // newReverseProxy is the proxy to the upstream: every request, webhook or
 // not, leaves through it.
-func (h *Handler) newReverseProxy(upstream *url.URL) *httputil.ReverseProxy {
-	rewrite := Rewrite(upstream)
+func (h *Handler) newReverseProxy(app *url.URL) *httputil.ReverseProxy {
+	rewrite := upstream.Rewrite(app)
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rewrite(pr)
@@ -33,24 +35,6 @@ func (h *Handler) newReverseProxy(upstream *url.URL) *httputil.ReverseProxy {
 		// a timer goroutine: a second write, and a goroutine, per answer.
 		BufferPool: &h.copyBuffers,
 		ErrorLog:   zap.NewStdLog(h.log.Named("reverseproxy")),
-	}
-}
-
-// Rewrite is the httputil.ReverseProxy Rewrite hook that turns a received
-// webhook into the upstream's request: the same method, path, query,
-// headers and body, the Host the sender used (apps that verify signed URLs
-// depend on it), an ingress's X-Forwarded-For chain kept and extended, and
-// X-Forwarded-Host and -Proto as received. Sync routes and the background
-// delivery of async routes both forward through it, so the app cannot tell
-// them apart.
-func Rewrite(upstream *url.URL) func(*httputil.ProxyRequest) {
-	return func(pr *httputil.ProxyRequest) {
-		pr.SetURL(upstream)
-		pr.Out.Host = pr.In.Host
-		if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
-			pr.Out.Header["X-Forwarded-For"] = xff
-		}
-		pr.SetXForwarded()
 	}
 }
 

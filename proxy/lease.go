@@ -1,16 +1,15 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // finishTimeout bounds completing or releasing a claim, which must not
@@ -146,19 +145,29 @@ func (l *Lease) settle(ctx context.Context, op string, do func(context.Context) 
 	return l.err
 }
 
-// rememberBody records a completed body's fingerprint under its own key. A
-// failure leaves the event's own record, which still holds.
+// rememberBody records a completed body's fingerprint under its own key
+// (upstream.RememberBody), counted in the store metrics. A failure leaves
+// the event's own record, which still holds.
 func (ls *leases) rememberBody(ctx context.Context, key string, res dedup.Result, ttl time.Duration) {
+	_ = upstream.RememberBody(ctx, observedStore{ls}, key, res, ls.lease, ttl)
+}
+
+// observedStore is the leases' store with each call it makes counted in
+// the store metrics.
+type observedStore struct{ ls *leases }
+
+func (o observedStore) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error) {
 	start := time.Now()
-	c, _, err := ls.store.Claim(ctx, key, ls.lease)
-	ls.m.observeStore(opClaim, start, err)
-	if err != nil || c.Token == "" {
-		return // already recorded by another delivery, or the store failed
-	}
-	start = time.Now()
-	res.FullFingerprint = false // its key holds the whole one
-	err = ls.store.Complete(ctx, c, res, ttl)
-	ls.m.observeStore(opComplete, start, err)
+	c, rec, err := o.ls.store.Claim(ctx, key, lease)
+	o.ls.m.observeStore(opClaim, start, err)
+	return c, rec, err
+}
+
+func (o observedStore) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, ttl time.Duration) error {
+	start := time.Now()
+	err := o.ls.store.Complete(ctx, c, res, ttl)
+	o.ls.m.observeStore(opComplete, start, err)
+	return err
 }
 
 // settle is the upstream's answer arriving for a forwarded request
@@ -173,29 +182,11 @@ func (h *Handler) settle(resp *http.Response) error {
 		return nil // passed through, or forwarded unchecked
 	}
 	ctx := resp.Request.Context()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if !upstream.Completes(resp.StatusCode) {
 		_ = f.lease.Release(ctx) // its error is in the lease, for the log line
 		return nil
 	}
-	// The body's own record (rememberBody) is found by the whole
-	// fingerprint, and the admin API's forget finds it from this one's.
-	res := dedup.Result{Status: resp.StatusCode, Fingerprint: f.fingerprint(), FullFingerprint: h.cfg.BodyFingerprint}
-	if h.cfg.ReplayResponse {
-		res.ContentType, res.Body, resp.Body = keepForReplay(resp, h.cfg.ReplayMaxBytes)
-	}
-	_ = f.lease.Complete(ctx, res)
+	replay := h.completion.Capture(resp)
+	_ = f.lease.Complete(ctx, h.completion.Result(resp.StatusCode, resp.Header, f.fingerprint(), replay))
 	return nil
-}
-
-// keepForReplay reads up to limit bytes of resp's body, returning them
-// with its Content-Type, and the body to hand on, unchanged. A body larger
-// than limit, or cut short, is not kept (nil, ""): a duplicate then gets
-// the plain duplicate answer rather than a truncated copy.
-func keepForReplay(resp *http.Response, limit int) (contentType string, kept []byte, body io.ReadCloser) {
-	kept, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
-	body = readCloser{io.MultiReader(bytes.NewReader(kept), resp.Body), resp.Body}
-	if err != nil || len(kept) > limit {
-		return "", nil, body
-	}
-	return resp.Header.Get("Content-Type"), kept, body
 }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // Store is what the proxy needs of a dedup store (dedup.Redis, dedup.Memory).
@@ -104,9 +105,11 @@ type Handler struct {
 	routes  routeTable
 	reverse *httputil.ReverseProxy
 	leases  *leases
-	log     *zap.Logger
-	m       *Metrics
-	pool    bufferPool
+	// completion is what a 2xx leaves in the event's record.
+	completion upstream.Completion
+	log        *zap.Logger
+	m          *Metrics
+	pool       bufferPool
 	// bodies are the buffers of the bodies read, charged to budget.
 	bodies bodyPool
 	budget bodyBudget
@@ -163,7 +166,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Enqueued = func() {}
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+		cfg.Transport = upstream.NewTransport()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -175,28 +178,19 @@ func New(cfg Config) (*Handler, error) {
 		cfg:    cfg,
 		routes: newRouteTable(cfg.Routes),
 		leases: &leases{store: cfg.Store, lease: cfg.LeaseTTL, m: cfg.Metrics},
-		log:    cfg.Logger,
-		m:      cfg.Metrics,
+		completion: upstream.Completion{
+			ReplayResponse:  cfg.ReplayResponse,
+			ReplayMaxBytes:  cfg.ReplayMaxBytes,
+			BodyFingerprint: cfg.BodyFingerprint,
+		},
+		log: cfg.Logger,
+		m:   cfg.Metrics,
 	}
 	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
 	h.budget.m.max.Set(float64(cfg.MaxBuffered))
 	h.abandon, h.stop = context.WithCancel(context.Background())
 	h.reverse = h.newReverseProxy(cfg.Upstream)
 	return h, nil
-}
-
-// NewTransport returns the upstream transport: a clone of
-// http.DefaultTransport whose keep-alive pool is large enough that
-// connection setup never limits throughput, and that never adds
-// Accept-Encoding (the upstream must see the sender's headers unchanged).
-func NewTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 1024
-	t.IdleConnTimeout = 90 * time.Second
-	t.DisableCompression = true
-	t.ForceAttemptHTTP2 = false
-	return t
 }
 
 // Abandon makes requests still in progress give up: waits end and upstream
