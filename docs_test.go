@@ -11,10 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
-	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -162,7 +163,7 @@ func registeredMetrics(t *testing.T) []string {
 	t.Helper()
 	d := &describer{}
 	proxy.NewMetrics(d)
-	dedup.NewMonitor(nil, dedup.MonitorConfig{Registerer: d})
+	redisstore.NewMonitor(nil, redisstore.MonitorConfig{Registerer: d})
 	delivery.NewMetrics(d, nil, nil)
 	names := d.names
 	literal := regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(webhook_dedup_[a-z0-9_]*[a-z0-9])"`)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
@@ -28,7 +30,7 @@ const (
 // flakyStore is a real in-memory store whose Ping, Lookup and Forget can be
 // made to fail, as Redis's do during an outage.
 type flakyStore struct {
-	*dedup.Memory
+	*memstore.Store
 	down atomic.Bool
 }
 
@@ -38,21 +40,21 @@ func (s *flakyStore) Ping(ctx context.Context) error {
 	if s.down.Load() {
 		return errDown
 	}
-	return s.Memory.Ping(ctx)
+	return s.Store.Ping(ctx)
 }
 
 func (s *flakyStore) Lookup(ctx context.Context, key string) (dedup.Record, error) {
 	if s.down.Load() {
 		return dedup.Record{}, errDown
 	}
-	return s.Memory.Lookup(ctx, key)
+	return s.Store.Lookup(ctx, key)
 }
 
 func (s *flakyStore) Forget(ctx context.Context, key string) (bool, error) {
 	if s.down.Load() {
 		return false, errDown
 	}
-	return s.Memory.Forget(ctx, key)
+	return s.Store.Forget(ctx, key)
 }
 
 type fixture struct {
@@ -65,9 +67,9 @@ type fixture struct {
 // token ("" disables the events API).
 func newFixture(t *testing.T, tok string) *fixture {
 	t.Helper()
-	mem := dedup.NewMemory()
+	mem := memstore.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	st := &flakyStore{Memory: mem}
+	st := &flakyStore{Store: mem}
 	reg := prometheus.NewRegistry()
 	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "admin_test_probe_total", Help: "A counter the test looks for."})
 	reg.MustRegister(probe)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
@@ -82,9 +84,9 @@ func (s *asyncStore) Requeue(_ context.Context, key string) error {
 
 func newAsyncFixture(t *testing.T) (*fixture, *asyncStore) {
 	t.Helper()
-	mem := dedup.NewMemory()
+	mem := memstore.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	st := &asyncStore{flakyStore: &flakyStore{Memory: mem}, records: map[string]dedup.Record{}}
+	st := &asyncStore{flakyStore: &flakyStore{Store: mem}, records: map[string]dedup.Record{}}
 	adm := admin.New(admin.Config{Store: st, DeadLetters: st, Gatherer: prometheus.NewRegistry(), Token: token, KeyPrefix: prefix})
 	srv := httptest.NewServer(adm)
 	t.Cleanup(srv.Close)

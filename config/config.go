@@ -143,7 +143,8 @@ type RouteSpec struct {
 }
 
 // Load reads the configuration from environ (variable name to value) and
-// validates it. The error joins every problem found, each naming its variable.
+// validates it. The error, an *Error, joins every problem found, each
+// naming its variable.
 func Load(environ map[string]string) (*Config, error) {
 	return load(environ, true)
 }
@@ -166,7 +167,7 @@ func load(environ map[string]string, needUpstream bool) (*Config, error) {
 	}
 	errs = append(errs, cfg.complete(environ, needUpstream, unparsed)...)
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, &Error{Err: errors.Join(errs...)}
 	}
 	return &cfg, nil
 }
@@ -368,7 +369,6 @@ func (c *Config) completeDelivery(bad func(name, format string, args ...any)) {
 	if c.RetryMaxAttempts <= 0 {
 		bad("RETRY_MAX_ATTEMPTS", "must be positive, got %d", c.RetryMaxAttempts)
 	}
-	c.checkAsyncStore(bad)
 }
 
 // AsyncRoutes reports whether any route delivers in the background.

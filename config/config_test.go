@@ -59,8 +59,6 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"SQUARE_WEBHOOK_URL": "relative/path"}, "SQUARE_WEBHOOK_URL"},
 		{map[string]string{"DEDUP_TTL": "-1h"}, "DEDUP_TTL"},
 		{map[string]string{"DELIVERY": "later"}, "DELIVERY"},
-		{map[string]string{"DELIVERY": "async"}, "DATA_DIR"},
-		{map[string]string{"ROUTES": "/a=github;async"}, "DELIVERY"},
 		{map[string]string{"DELIVERY_CONCURRENCY": "0"}, "DELIVERY_CONCURRENCY"},
 		{map[string]string{"ASYNC_STATUS": "204"}, "ASYNC_STATUS"},
 		{map[string]string{"RETRY_INITIAL_INTERVAL": "0s"}, "RETRY_INITIAL_INTERVAL"},
@@ -154,29 +152,6 @@ func TestRouteDeliveryModes(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestAsyncNeedsDurableStore(t *testing.T) {
-	env := base()
-	env["DELIVERY"] = "async"
-	_, err := Load(env)
-	if err == nil || !strings.Contains(err.Error(), "DELIVERY") || !strings.Contains(err.Error(), "DATA_DIR") {
-		t.Fatalf("async on the in-memory store: %v, want an error naming DELIVERY and DATA_DIR", err)
-	}
-	env["ROUTES"] = "/a=github;sync"
-	if _, err := Load(env); err != nil {
-		t.Fatalf("every route sync under DELIVERY=async, in memory: %v", err)
-	}
-	dynamo := base()
-	dynamo["ROUTES"], dynamo["DYNAMODB_TABLE"], dynamo["AWS_REGION"] = "/a=github;async", "webhook-dedup", "eu-west-1"
-	_, err = Load(dynamo)
-	if err == nil || !strings.Contains(err.Error(), "DELIVERY") || !strings.Contains(err.Error(), "DYNAMODB_TABLE supports sync delivery only") || !strings.Contains(err.Error(), "/a") {
-		t.Fatalf("an ;async route on DynamoDB: %v, want an error naming DELIVERY, DYNAMODB_TABLE and the route", err)
-	}
-	env["REDIS_URL"], env["ROUTES"] = "redis://127.0.0.1:6379", "/=auto"
-	if _, err := Load(env); err != nil {
-		t.Fatalf("async on Redis: %v", err)
 	}
 }
 

@@ -19,9 +19,6 @@ func TestDynamoDBChosen(t *testing.T) {
 	if c.StoreTimeout != time.Second {
 		t.Errorf("StoreTimeout = %s, want the default 1s", c.StoreTimeout)
 	}
-	if c.Store.Kind.SupportsAsync() {
-		t.Error("DynamoDB claims to support async delivery")
-	}
 }
 
 func TestDynamoDBErrorsNameTheVariable(t *testing.T) {
@@ -88,25 +85,6 @@ func TestStoreTimeout(t *testing.T) {
 		env["STORE_TIMEOUT"] = tc.value
 		if _, err := Load(env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("STORE_TIMEOUT=%s: Load = %v, want an error containing %q", tc.value, err, tc.want)
-		}
-	}
-}
-
-func TestAsyncError(t *testing.T) {
-	for _, tc := range []struct {
-		store Store
-		want  string // empty: async is supported
-	}{
-		{Store{Kind: StoreRedis, Variable: "REDIS_URL", RedisMode: RedisStandalone}, ""},
-		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, "DELIVERY: async delivery needs a store that keeps its queue: DATA_DIR, REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS) or DATABASE_URL; DYNAMODB_TABLE supports sync delivery only"},
-		{Store{Kind: StoreMemory}, "the embedded in-memory store (no store configured) supports sync delivery only"},
-	} {
-		err := tc.store.AsyncError("DELIVERY")
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%s: AsyncError = %v, want nil", tc.store.Kind, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s: AsyncError = %v, want one containing %q", tc.store.Kind, err, tc.want)
 		}
 	}
 }

@@ -3,7 +3,7 @@ package config
 import (
 	"net/url"
 
-	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/pgstore/pgname"
 )
 
 // completePostgres validates the PostgreSQL settings and the cache's. The table prefix is checked even when another store is
@@ -16,7 +16,7 @@ func (c *Config) completePostgres(bad func(name, format string, args ...any)) {
 			bad("DATABASE_URL", "not a postgres:// or postgresql:// URL")
 		}
 	}
-	if err := dedup.CheckTablePrefix(c.DatabaseTablePrefix); err != nil {
+	if err := pgname.CheckPrefix(c.DatabaseTablePrefix); err != nil {
 		bad("DATABASE_TABLE_PREFIX", "%q: lower-case letters, digits and _, starting with a letter or _, at most 40 (it is written into SQL unquoted)", c.DatabaseTablePrefix)
 	}
 	if c.PruneInterval <= 0 {

@@ -1,9 +1,7 @@
 package config
 
 import (
-	"fmt"
 	"os"
-	"strings"
 	"time"
 )
 
@@ -23,32 +21,6 @@ const (
 	// StorePostgres is PostgreSQL: DATABASE_URL.
 	StorePostgres StoreKind = "postgres"
 )
-
-// SupportsAsync reports whether the store can hold the async delivery
-// queue. The in-memory store would lose it with the process; DynamoDB
-// offers sync delivery only (a queue there needs transactions and scans
-// this store is not built on).
-func (k StoreKind) SupportsAsync() bool {
-	switch k {
-	case StoreMemory, StoreDynamoDB:
-		return false
-	}
-	return true
-}
-
-// AsyncError is the configuration error for async delivery asked (by
-// variable: DELIVERY, or ROUTES for a route's ;async) of a store that
-// does not support it; nil when it does.
-func (s Store) AsyncError(variable string) error {
-	if s.Kind.SupportsAsync() {
-		return nil
-	}
-	store := "the embedded in-memory store (no store configured)"
-	if s.Variable != "" {
-		store = s.Variable
-	}
-	return fmt.Errorf("%s: async delivery needs a store that keeps its queue: DATA_DIR, REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS) or DATABASE_URL; %s supports sync delivery only", variable, store)
-}
 
 // RedisMode is how Redis is reached.
 type RedisMode string
@@ -70,10 +42,17 @@ type Store struct {
 	RedisMode RedisMode
 }
 
-// storeChoice is one way of configuring a store, and whether it is used.
-type storeChoice struct {
-	store Store
-	set   bool
+// StoreChoices are the ways of configuring a store, each by its own
+// variable, in the order messages list them.
+func StoreChoices() []Store {
+	return []Store{
+		{StoreRedis, "REDIS_URL", RedisStandalone},
+		{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster},
+		{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel},
+		{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"},
+		{Kind: StoreDisk, Variable: "DATA_DIR"},
+		{Kind: StorePostgres, Variable: "DATABASE_URL"},
+	}
 }
 
 // chooseStore decides which store runs: the one whose variable is set, or
@@ -81,18 +60,18 @@ type storeChoice struct {
 // reported naming both: the proxy would otherwise keep its records where
 // the operator did not mean.
 func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
-	choices := []storeChoice{
-		{Store{StoreRedis, "REDIS_URL", RedisStandalone}, c.RedisURL != ""},
-		{Store{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster}, len(c.RedisClusterAddrs) > 0},
-		{Store{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel}, len(c.RedisSentinelAddrs) > 0},
-		{Store{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"}, c.DynamoDBTable != ""},
-		{Store{Kind: StoreDisk, Variable: "DATA_DIR"}, c.DataDir != ""},
-		{Store{Kind: StorePostgres, Variable: "DATABASE_URL"}, c.DatabaseURL != ""},
+	set := map[string]bool{
+		"REDIS_URL":            c.RedisURL != "",
+		"REDIS_CLUSTER_ADDRS":  len(c.RedisClusterAddrs) > 0,
+		"REDIS_SENTINEL_ADDRS": len(c.RedisSentinelAddrs) > 0,
+		"DYNAMODB_TABLE":       c.DynamoDBTable != "",
+		"DATA_DIR":             c.DataDir != "",
+		"DATABASE_URL":         c.DatabaseURL != "",
 	}
 	var chosen []Store
-	for _, ch := range choices {
-		if ch.set {
-			chosen = append(chosen, ch.store)
+	for _, st := range StoreChoices() {
+		if set[st.Variable] {
+			chosen = append(chosen, st)
 		}
 	}
 	if len(chosen) == 0 {
@@ -107,23 +86,6 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 		}
 	}
 	return chosen[0]
-}
-
-// checkAsyncStore refuses async delivery on a store that cannot keep it
-// (Store.AsyncError): the sender would have been told 202 for an event
-// lost at the next restart. A route's ";async" is held to the same rule
-// as DELIVERY=async, and the error names the routes.
-func (c *Config) checkAsyncStore(bad func(name, format string, args ...any)) {
-	routes := c.AsyncPaths()
-	if len(routes) == 0 {
-		return
-	}
-	err := c.Store.AsyncError("DELIVERY")
-	if err == nil {
-		return
-	}
-	msg := strings.TrimPrefix(err.Error(), "DELIVERY: ")
-	bad("DELIVERY", "%s (async routes: %s)", msg, strings.Join(routes, ", "))
 }
 
 // writableDir makes sure dir is a directory this process can create files
@@ -158,3 +120,11 @@ func (c *Config) completeStoreTimeout(bad func(name, format string, args ...any)
 		bad("STORE_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.StoreTimeout, c.UpstreamTimeout)
 	}
 }
+
+// Error is a problem with the configuration, not with what it points at:
+// a setting that is missing, malformed, or refused by the store it
+// configures. The program exits with status 2 on it.
+type Error struct{ Err error }
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }

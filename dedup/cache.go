@@ -5,21 +5,9 @@ import (
 	"container/list"
 	"context"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 )
-
-// Cacheable is what the cache needs of the store behind it: any of this
-// package's stores.
-type Cacheable interface {
-	Claim(ctx context.Context, key string, lease time.Duration) (Claim, Record, error)
-	Complete(ctx context.Context, c Claim, res Result, ttl time.Duration) error
-	Release(ctx context.Context, c Claim) error
-	Lookup(ctx context.Context, key string) (Record, error)
-	Forget(ctx context.Context, key string) (bool, error)
-	Ping(ctx context.Context) error
-}
 
 // CacheConfig configures a Cache. Zero values are documented per field.
 type CacheConfig struct {
@@ -45,7 +33,7 @@ type CacheConfig struct {
 // once. Everything else goes to the store. A cached duplicate is answered
 // even while the store is unreachable. It is safe for concurrent use.
 type Cache struct {
-	next Cacheable
+	next Store
 	cfg  CacheConfig
 
 	mu      sync.Mutex
@@ -62,8 +50,7 @@ type cacheEntry struct {
 }
 
 // NewCache returns a cache of cfg.Size completed records in front of next.
-// Close closes next if it can be closed.
-func NewCache(next Cacheable, cfg CacheConfig) *Cache {
+func NewCache(next Store, cfg CacheConfig) *Cache {
 	if cfg.Size < 1 {
 		cfg.Size = 1
 	}
@@ -75,10 +62,6 @@ func NewCache(next Cacheable, cfg CacheConfig) *Cache {
 	}
 	return &Cache{next: next, cfg: cfg, entries: make(map[string]*list.Element, cfg.Size)}
 }
-
-// Unwrap returns the store behind the cache, for what the cache does not
-// offer (the async queue).
-func (c *Cache) Unwrap() Cacheable { return c.next }
 
 // Claim answers a cached completed key without the store; otherwise it
 // claims in the store, and caches the completed record it may find.
@@ -136,14 +119,6 @@ func (c *Cache) Forget(ctx context.Context, key string) (bool, error) {
 
 // Ping asks the store.
 func (c *Cache) Ping(ctx context.Context) error { return c.next.Ping(ctx) }
-
-// Close closes the store, if it can be closed.
-func (c *Cache) Close() error {
-	if cl, ok := c.next.(io.Closer); ok {
-		return cl.Close()
-	}
-	return nil
-}
 
 // get returns a fresh cached record for key, its TTL counted down, with a
 // body of its own.
@@ -205,49 +180,49 @@ func (c *Cache) remove(e *list.Element) {
 	delete(c.entries, e.Value.(*cacheEntry).key)
 }
 
-// QueueStore is a store that keeps an async queue beside its records.
-type QueueStore interface {
-	Cacheable
-	Queue
+// WithCache puts a cache of cfg.Size completed records in front of b's
+// store and, when b has one, its queue: the queue stays the store's, and
+// the cache also answers an enqueue of a cached completed event (a
+// duplicate on an async route) and keeps what a delivery completes. The
+// rest of b (its features, wake-ups, jobs and Close) is b's own.
+func WithCache(b Backend, cfg CacheConfig) Backend {
+	c := NewCache(b.Store, cfg)
+	b.Store = c
+	if b.Queue != nil {
+		b.Queue = &cachedQueue{Queue: b.Queue, c: c}
+	}
+	return b
 }
 
-// CachedQueue is a Cache in front of a store that keeps an async queue:
-// the queue stays the store's, and the cache also answers an enqueue of
-// a cached completed event (a duplicate on an async route) and keeps what
-// a delivery completes.
-type CachedQueue struct {
-	*Cache
+// cachedQueue is a queue whose enqueues and completions go through a
+// Cache: the other calls are the queue's own.
+type cachedQueue struct {
 	Queue
-}
-
-// NewCachedQueue returns a cache of cfg.Size completed records in front of
-// next, whose queue it offers.
-func NewCachedQueue(next QueueStore, cfg CacheConfig) *CachedQueue {
-	return &CachedQueue{Cache: NewCache(next, cfg), Queue: next}
+	c *Cache
 }
 
 // Enqueue answers a cached completed key without the store; otherwise it
 // enqueues in the store, and caches the completed record it may find.
-func (c *CachedQueue) Enqueue(ctx context.Context, key string, req Request) (bool, Record, error) {
+func (q *cachedQueue) Enqueue(ctx context.Context, key string, req Request) (bool, Record, error) {
 	if err := ctx.Err(); err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
-	if rec, ok := c.get(key); ok {
+	if rec, ok := q.c.get(key); ok {
 		return false, rec, nil
 	}
-	won, rec, err := c.Queue.Enqueue(ctx, key, req)
+	won, rec, err := q.Queue.Enqueue(ctx, key, req)
 	if err == nil && !won {
-		c.put(key, rec)
+		q.c.put(key, rec)
 	}
 	return won, rec, err
 }
 
 // Succeed completes d's event in the store and caches the completed
 // record.
-func (c *CachedQueue) Succeed(ctx context.Context, d Delivery, res Result, ttl time.Duration) error {
-	if err := c.Queue.Succeed(ctx, d, res, ttl); err != nil {
+func (q *cachedQueue) Succeed(ctx context.Context, d Delivery, res Result, ttl time.Duration) error {
+	if err := q.Queue.Succeed(ctx, d, res, ttl); err != nil {
 		return err
 	}
-	c.put(d.Claim.Key, Record{State: Completed, Result: res, Since: c.cfg.Now(), TTL: ttl, Delivery: DeliveryStatus{Attempts: d.Attempt}})
+	q.c.put(d.Claim.Key, Record{State: Completed, Result: res, Since: q.c.cfg.Now(), TTL: ttl, Delivery: DeliveryStatus{Attempts: d.Attempt}})
 	return nil
 }

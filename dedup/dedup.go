@@ -130,3 +130,13 @@ type DeliveryStatus struct {
 	// NextAttemptAt is when a queued event is due; zero otherwise.
 	NextAttemptAt time.Time
 }
+
+// ErrPrefixOwned means the key prefix holds the records of another
+// deployment (another APP_NAME): sharing them would answer one app's
+// events as duplicates of the other's.
+var ErrPrefixOwned = errors.New("dedup: the key prefix belongs to another app")
+
+// FingerprintPrefixLen is how many bytes of a body's SHA-256 the Redis
+// store keeps in a completed record, unless Result.FullFingerprint asks
+// for all of it.
+const FingerprintPrefixLen = 5

@@ -14,11 +14,6 @@ var (
 	ErrNotFailed = errors.New("dedup: event is not dead-lettered")
 )
 
-// unreadableKeep is how long a store keeps, as a dead letter, an event
-// whose stored request it cannot read (written by something else, or
-// damaged): the default DEAD_LETTER_TTL, as Take has no other.
-const unreadableKeep = 168 * time.Hour
-
 // Request is a webhook request kept for background delivery: everything
 // the worker needs to forward it as a sync route would have, byte for byte.
 type Request struct {
@@ -72,14 +67,17 @@ type QueueStats struct {
 	DeadLetters int
 }
 
-// Queue is the async delivery queue a durable store keeps beside its
-// records. Every store that supports async delivery implements it and
-// passes the queue conformance suite.
-type Queue interface {
+// Producer is the queue as the proxy's async routes use it: accept.
+type Producer interface {
 	// Enqueue claims key and stores req for delivery in one atomic step.
 	// If the key was free it returns true; otherwise false and the record
 	// that holds the key (a duplicate of any state), and stores nothing.
 	Enqueue(ctx context.Context, key string, req Request) (bool, Record, error)
+}
+
+// Worker is the queue as the delivery workers use it: take what is due,
+// and settle each delivery with its outcome.
+type Worker interface {
 	// Take hands out at most n deliveries that are due, each leased to
 	// this caller for lease: events never taken, retries whose time has
 	// come, and deliveries whose holder's lease ran out. It returns at
@@ -96,6 +94,12 @@ type Queue interface {
 	// Fail dead-letters d's event: state Failed, kept with its request for
 	// keep.
 	Fail(ctx context.Context, d Delivery, status int, reason string, keep time.Duration) error
+}
+
+// Operator is the queue as an operator sees it (the admin API, the CLI
+// and the metrics): dead letters, retrying them, and how far behind the
+// queue is.
+type Operator interface {
 	// Requeue puts a dead-lettered event back in the queue as a new first
 	// attempt. ErrNotFound if unknown, ErrNotFailed if not dead-lettered.
 	Requeue(ctx context.Context, key string) error
@@ -105,4 +109,13 @@ type Queue interface {
 	// Stats reports the queue's depth, its oldest event's age and the
 	// number of dead letters.
 	Stats(ctx context.Context) (QueueStats, error)
+}
+
+// Queue is the async delivery queue a durable store keeps beside its
+// records: every role at once. Every store whose Features say Queue
+// implements it and passes the queue conformance suite (storetest).
+type Queue interface {
+	Producer
+	Worker
+	Operator
 }

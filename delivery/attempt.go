@@ -216,7 +216,7 @@ func (w *Workers) rememberBody(ctx context.Context, namespace string, sum [32]by
 		w.log.Warn("delivered body not recorded under its fingerprint: no route recognises the request any more (ROUTES changed since it was queued)", fields...)
 		return
 	case w.cfg.Bodies == nil:
-		w.log.Warn("delivered body not recorded under its fingerprint: the queue is no store to record it in, and Bodies is not set", fields...)
+		w.log.Warn("delivered body not recorded under its fingerprint: no store to record it in (Bodies is not set)", fields...)
 		return
 	}
 	key := dedup.BodyKey(w.cfg.KeyPrefix, namespace, sum)

@@ -67,8 +67,7 @@ func TestCompletionReplay(t *testing.T) {
 // also records its body under the body's key in the event's namespace,
 // as a sync completion does, so that the same body under another ID is a
 // duplicate, and the event's record keeps the whole fingerprint (the
-// admin API's forget finds the body's key from it). The records go to
-// the Queue's own store when Bodies is not set. Without BodyFingerprint,
+// admin API's forget finds the body's key from it). Without BodyFingerprint,
 // or when no route names the event's namespace any more, no body is
 // recorded.
 func TestCompletionBodyFingerprint(t *testing.T) {
@@ -88,7 +87,7 @@ func TestCompletionBodyFingerprint(t *testing.T) {
 			a := newReplyingApp(t, "ok")
 			q := newQueue(t)
 			q.enqueue(t, "p:github:d-1", webhookRequest(body))
-			stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), BodyFingerprint: tc.fingerprint, KeyPrefix: "p:",
+			stop := run(t, Config{Queue: q, Bodies: q, Upstream: mustURL(t, a.URL), BodyFingerprint: tc.fingerprint, KeyPrefix: "p:",
 				ReplayResponse: true, ReplayMaxBytes: 1024,
 				Settlement: func(*http.Request) (string, time.Duration, string) { return "/hooks", time.Hour, tc.namespace }})
 			await(t, "completion", func() bool { return q.record(t, "p:github:d-1").State == dedup.Completed })

@@ -58,9 +58,9 @@ type Config struct {
 	// (DEDUP_BODY_FINGERPRINT): the same body under another event ID is
 	// then a duplicate.
 	BodyFingerprint bool
-	// Bodies keeps the body records of BodyFingerprint: the store that
-	// holds the Queue. If nil, the Queue itself, as every store that
-	// keeps a queue is one (dedup.Disk, dedup.Redis, dedup.Postgres).
+	// Bodies keeps the body records of BodyFingerprint: the records of
+	// the store whose queue Queue is (its Backend's Store). If nil, no
+	// body is recorded, and each completion says so in the log.
 	Bodies upstream.BodyStore
 	// KeyPrefix starts the key of every body record (dedup.BodyKey), as it
 	// starts the proxy's keys.
@@ -158,9 +158,6 @@ func New(cfg Config) *Workers {
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = upstream.NewTransport()
-	}
-	if cfg.Bodies == nil {
-		cfg.Bodies, _ = cfg.Queue.(upstream.BodyStore) // nil if it is not one: see rememberBody
 	}
 	if cfg.Settlement == nil {
 		cfg.Settlement = func(*http.Request) (string, time.Duration, string) { return "", 0, "" }

@@ -6,24 +6,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
+
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
 // diskQueue is the embedded store on disk (a real queue, in a fresh
 // directory) that tells the test of every Take.
 type diskQueue struct {
-	*dedup.Disk
+	*diskstore.Store
 	takes chan int // receives n of every Take, if there is room
 }
 
 func newQueue(t *testing.T) *diskQueue {
 	t.Helper()
-	d, err := dedup.OpenDisk(t.TempDir())
+	d, err := diskstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	return &diskQueue{Disk: d, takes: make(chan int, 1024)}
+	return &diskQueue{Store: d, takes: make(chan int, 1024)}
 }
 
 func (q *diskQueue) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
@@ -31,7 +33,7 @@ func (q *diskQueue) Take(ctx context.Context, n int, lease time.Duration) ([]ded
 	case q.takes <- n:
 	default:
 	}
-	return q.Disk.Take(ctx, n, lease)
+	return q.Store.Take(ctx, n, lease)
 }
 
 func (q *diskQueue) enqueue(t *testing.T, key string, req dedup.Request) {

@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
+
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
+
 	// Named apart from this package's upstream, the test app.
 	upstreamhttp "github.com/webhook-dedup/webhook-dedup/upstream"
 )
@@ -22,24 +25,24 @@ import (
 // queueStore is the embedded store on disk, whose Enqueue can be made to
 // fail as a store's does during an outage.
 type queueStore struct {
-	*dedup.Disk
+	*diskstore.Store
 	down atomic.Bool
 }
 
 func newQueueStore(t *testing.T) *queueStore {
-	d, err := dedup.OpenDisk(t.TempDir())
+	d, err := diskstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return &queueStore{Disk: d}
+	return &queueStore{Store: d}
 }
 
 func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
 	if q.down.Load() {
 		return false, dedup.Record{}, errors.New("fake: connection refused")
 	}
-	return q.Disk.Enqueue(ctx, key, req)
+	return q.Store.Enqueue(ctx, key, req)
 }
 
 // request is the request queued under key, as a worker takes it.

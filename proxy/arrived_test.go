@@ -16,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
+
 	// Named apart from this package's upstream, the test app.
 	upstreamhttp "github.com/webhook-dedup/webhook-dedup/upstream"
 )
@@ -41,7 +44,7 @@ func (c writeCounter) Write(p []byte) (int, error) {
 // arrival, and counts the writes the proxy makes to it.
 type arrivedFixture struct {
 	srv     *httptest.Server
-	store   *dedup.Memory
+	store   *memstore.Store
 	writes  atomic.Int64
 	arrived chan struct{}
 	bodies  chan []byte
@@ -49,7 +52,7 @@ type arrivedFixture struct {
 
 func newArrivedFixture(t *testing.T, maxBody int64) *arrivedFixture {
 	t.Helper()
-	f := &arrivedFixture{arrived: make(chan struct{}, 4), bodies: make(chan []byte, 4), store: dedup.NewMemory()}
+	f := &arrivedFixture{arrived: make(chan struct{}, 4), bodies: make(chan []byte, 4), store: memstore.New()}
 	t.Cleanup(func() { _ = f.store.Close() })
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.arrived <- struct{}{}

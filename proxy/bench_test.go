@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
@@ -52,12 +54,12 @@ func BenchmarkHandler(b *testing.B) {
 		open func(b *testing.B) proxy.Store
 	}{
 		{"memory", func(b *testing.B) proxy.Store {
-			m := dedup.NewMemory()
+			m := memstore.New()
 			b.Cleanup(func() { _ = m.Close() })
 			return m
 		}},
 		{"redis", func(b *testing.B) proxy.Store {
-			r, err := dedup.OpenRedis(dedup.RedisConfig{URL: redistest.New(b).URL()})
+			r, err := redisstore.Open(redisstore.Config{URL: redistest.New(b).URL()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
 
-	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func budgetHandler(t *testing.T, maxBody, maxBuffered int64) *Handler {
 	t.Helper()
 	u, _ := url.Parse("http://127.0.0.1:1")
-	st := dedup.NewMemory()
+	st := memstore.New()
 	t.Cleanup(func() { st.Close() })
 	h, err := New(Config{Upstream: u, Store: st, Metrics: NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, MaxBuffered: maxBuffered})
 	if err != nil {

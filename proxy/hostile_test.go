@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -37,7 +39,7 @@ import (
 // test can tell a hostile request left the store untouched, or took a
 // claim and gave it up.
 type ledger struct {
-	*dedup.Memory
+	*memstore.Store
 	mu sync.Mutex
 	// calls counts every store operation.
 	calls int
@@ -48,13 +50,13 @@ type ledger struct {
 }
 
 func newLedger(t *testing.T) *ledger {
-	m := dedup.NewMemory()
+	m := memstore.New()
 	t.Cleanup(func() { m.Close() })
-	return &ledger{Memory: m, held: map[string]bool{}}
+	return &ledger{Store: m, held: map[string]bool{}}
 }
 
 func (l *ledger) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error) {
-	c, rec, err := l.Memory.Claim(ctx, key, lease)
+	c, rec, err := l.Store.Claim(ctx, key, lease)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls++
@@ -66,13 +68,13 @@ func (l *ledger) Claim(ctx context.Context, key string, lease time.Duration) (de
 }
 
 func (l *ledger) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, ttl time.Duration) error {
-	err := l.Memory.Complete(ctx, c, res, ttl)
+	err := l.Store.Complete(ctx, c, res, ttl)
 	l.settled(c)
 	return err
 }
 
 func (l *ledger) Release(ctx context.Context, c dedup.Claim) error {
-	err := l.Memory.Release(ctx, c)
+	err := l.Store.Release(ctx, c)
 	l.settled(c)
 	return err
 }
@@ -81,7 +83,7 @@ func (l *ledger) Lookup(ctx context.Context, key string) (dedup.Record, error) {
 	l.mu.Lock()
 	l.calls++
 	l.mu.Unlock()
-	return l.Memory.Lookup(ctx, key)
+	return l.Store.Lookup(ctx, key)
 }
 
 func (l *ledger) settled(c dedup.Claim) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -26,7 +28,7 @@ func gauge(t *testing.T, g prometheus.Gauge) float64 {
 // Release, with no request or ResponseWriter in sight (as a background
 // delivery settles one); later calls, concurrent ones included, do nothing.
 func TestLeaseSettlesOnce(t *testing.T) {
-	st := dedup.NewMemory()
+	st := memstore.New()
 	t.Cleanup(func() { st.Close() })
 	m := NewMetrics(prometheus.NewRegistry())
 	ls := &leases{store: st, lease: time.Minute, m: m}

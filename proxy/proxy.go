@@ -18,9 +18,9 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
-// Store is what the proxy needs of a dedup store (dedup.Redis, dedup.Memory).
+// Store is what the proxy needs of a dedup store (redisstore.Store, memstore.Store).
 // Each call must return within a bounded time whatever its context
-// (dedup.Redis bounds every command by its Timeout): the proxy claims on a
+// (redisstore.Store bounds every command by its Timeout): the proxy claims on a
 // context that the sender hanging up does not cancel.
 type Store interface {
 	Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error)

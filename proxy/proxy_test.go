@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
@@ -101,7 +103,7 @@ func newWrappedFixture(t *testing.T, routes string, cfg proxy.Config, wrap func(
 	u, _ := url.Parse(up.URL)
 	cfg.Upstream = u
 	if cfg.Store == nil {
-		m := dedup.NewMemory()
+		m := memstore.New()
 		t.Cleanup(func() { m.Close() })
 		cfg.Store = m
 	}
@@ -455,14 +457,14 @@ func holdFirst(t *testing.T, f *fixture, status int) (arrived <-chan struct{}, f
 // lookupWatch is an embedded store that reports the key of every Lookup:
 // a copy waiting for the first one's outcome (INFLIGHT_WAIT) looks it up.
 type lookupWatch struct {
-	*dedup.Memory
+	*memstore.Store
 	looked chan string
 }
 
 func newLookupWatch(t *testing.T) lookupWatch {
-	m := dedup.NewMemory()
+	m := memstore.New()
 	t.Cleanup(func() { m.Close() })
-	return lookupWatch{Memory: m, looked: make(chan string, 1024)}
+	return lookupWatch{Store: m, looked: make(chan string, 1024)}
 }
 
 func (s lookupWatch) Lookup(ctx context.Context, key string) (dedup.Record, error) {
@@ -470,7 +472,7 @@ func (s lookupWatch) Lookup(ctx context.Context, key string) (dedup.Record, erro
 	case s.looked <- key:
 	default:
 	}
-	return s.Memory.Lookup(ctx, key)
+	return s.Store.Lookup(ctx, key)
 }
 
 // awaitLookup waits until key has been looked up: a copy is waiting on it.
@@ -629,7 +631,7 @@ func doAsync(req *http.Request) <-chan error {
 // them go. A claim whose caller gives up first is taken all the same, as a
 // Redis SET NX already sent is: only the answer is lost.
 type stallingStore struct {
-	*dedup.Memory
+	*memstore.Store
 	claiming chan string // the key of each claim as it begins
 	proceed  chan struct{}
 	claimed  chan dedup.Claim // each claim the store took, once it holds the key
@@ -639,11 +641,11 @@ func (s stallingStore) Claim(ctx context.Context, key string, lease time.Duratio
 	s.claiming <- key
 	select {
 	case <-s.proceed:
-		c, rec, err := s.Memory.Claim(ctx, key, lease)
+		c, rec, err := s.Store.Claim(ctx, key, lease)
 		s.tell(c, rec, err)
 		return c, rec, err
 	case <-ctx.Done():
-		s.tell(s.Memory.Claim(context.Background(), key, lease))
+		s.tell(s.Store.Claim(context.Background(), key, lease))
 		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, ctx.Err())
 	}
 }
@@ -665,7 +667,7 @@ func (s stallingStore) tell(c dedup.Claim, _ dedup.Record, err error) {
 // than left to sit out its lease. (net/http notices a closed connection
 // once the body has been read, as it is on a JSON route.)
 func TestSenderGoneDuringClaim(t *testing.T) {
-	st := stallingStore{Memory: dedup.NewMemory(), claiming: make(chan string, 1), proceed: make(chan struct{}), claimed: make(chan dedup.Claim, 1)}
+	st := stallingStore{Store: memstore.New(), claiming: make(chan string, 1), proceed: make(chan struct{}), claimed: make(chan dedup.Claim, 1)}
 	t.Cleanup(func() { st.Close() })
 	gone := make(chan struct{}) // closed once the proxy sees the sender gone
 	f := newWrappedFixture(t, "/events=json:id", proxy.Config{Store: st}, func(h http.Handler) http.Handler {
@@ -714,7 +716,7 @@ func TestSenderGoneDuringClaim(t *testing.T) {
 // stallingLookups is an embedded store whose lookups wait until their
 // caller gives up, as a lookup of a stalled Redis does.
 type stallingLookups struct {
-	*dedup.Memory
+	*memstore.Store
 	looking chan string // the key of each lookup as it begins
 }
 
@@ -729,7 +731,7 @@ func (s stallingLookups) Lookup(ctx context.Context, key string) (dedup.Record, 
 // client-gone, not as a failed lookup or an unavailable store, and nothing
 // is forwarded.
 func TestSenderGoneDuringLookup(t *testing.T) {
-	st := stallingLookups{Memory: dedup.NewMemory(), looking: make(chan string, 1)}
+	st := stallingLookups{Store: memstore.New(), looking: make(chan string, 1)}
 	t.Cleanup(func() { st.Close() })
 	f := newFixture(t, "/events=json:id", proxy.Config{Store: st, BodyFingerprint: true})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -931,7 +933,7 @@ func TestReplayMaxBytesZero(t *testing.T) {
 // refused with ErrConfig naming it, not accepted to panic on a request.
 func TestNewRequiresStoreMetricsUpstream(t *testing.T) {
 	u, _ := url.Parse("http://127.0.0.1:1")
-	m := dedup.NewMemory()
+	m := memstore.New()
 	t.Cleanup(func() { m.Close() })
 	full := proxy.Config{Upstream: u, Store: m, Metrics: proxy.NewMetrics(prometheus.NewRegistry())}
 	if _, err := proxy.New(full); err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
@@ -41,7 +43,7 @@ func TestStreamedBodyFingerprint(t *testing.T) {
 			}))
 			t.Cleanup(up.Close)
 			u, _ := url.Parse(up.URL)
-			store := dedup.NewMemory()
+			store := memstore.New()
 			t.Cleanup(func() { _ = store.Close() })
 			src, err := providers.ParseSource("/gh", "github", providers.Options{})
 			if err != nil {

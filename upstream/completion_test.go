@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
@@ -102,13 +104,13 @@ func TestResult(t *testing.T) {
 
 // completions records what a store is asked to complete.
 type completions struct {
-	*dedup.Memory
+	*memstore.Store
 	results []dedup.Result
 }
 
 func (c *completions) Complete(ctx context.Context, cl dedup.Claim, res dedup.Result, ttl time.Duration) error {
 	c.results = append(c.results, res)
-	return c.Memory.Complete(ctx, cl, res, ttl)
+	return c.Store.Complete(ctx, cl, res, ttl)
 }
 
 // TestRememberBody: the body's record carries the event's completion
@@ -117,7 +119,7 @@ func (c *completions) Complete(ctx context.Context, cl dedup.Claim, res dedup.Re
 // keeps it.
 func TestRememberBody(t *testing.T) {
 	ctx := context.Background()
-	st := &completions{Memory: dedup.NewMemory()}
+	st := &completions{Store: memstore.New()}
 	t.Cleanup(func() { _ = st.Close() })
 	sum := sha256.Sum256([]byte("body"))
 	key := dedup.BodyKey("p:", "github", sum)

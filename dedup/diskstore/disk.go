@@ -1,0 +1,774 @@
+package diskstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/storeop"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// File is the name of the embedded store's file under its directory.
+const File = "webhook-dedup.db"
+
+// Store is the embedded store on disk (DATA_DIR): the records of sync and
+// async routes and the async queue in one bbolt file, for one replica that
+// keeps them across restarts. Every write is committed to the file, and
+// fsync'd, before the call returns; concurrent writes share one commit (and
+// one fsync), so the accept path stays fast under load. It is safe for
+// concurrent use, and the file is locked against a second process.
+//
+// The file holds five buckets, all keyed by the store key or by an 8-byte
+// big-endian unix millisecond time followed by the store key (so that a
+// cursor walks them in time order):
+//
+//	records  key → expiry (8 bytes, unix ms, 0: none) + the record
+//	requests key → a queued event's request (encodeRequest)
+//	due      time + key: queued events by when they are due, and events
+//	         being delivered by when their lease runs out
+//	dead     failure time + key: the dead letters
+//	expiry   time + key: the records that expire, by when
+//
+// Expired records are invisible at once, deleted when their key is written
+// again, and swept out in small transactions every sweep interval.
+type Store struct {
+	db *bolt.DB
+	// writes counts the write transactions under way: a write alone is
+	// committed at once, one that arrives while others run joins a batch.
+	writes atomic.Int64
+	// unbatched commits every write on its own (one fsync each): only
+	// for the benchmark that shows what batching saves.
+	unbatched bool
+
+	// stop ends the sweep of expired records; done waits for it.
+	stop      context.CancelFunc
+	done      sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var (
+	bucketRecords  = []byte("records")
+	bucketRequests = []byte("requests")
+	bucketDue      = []byte("due")
+	bucketDead     = []byte("dead")
+	bucketExpiry   = []byte("expiry")
+)
+
+// diskLockTimeout is how long OpenDisk waits for another process to let go
+// of the file before saying it is in use.
+const diskLockTimeout = time.Second
+
+// diskSweepInterval is how often expired records are deleted from the file.
+const diskSweepInterval = time.Minute
+
+// diskSweepBatch bounds the records one sweep transaction deletes, so that
+// the writes of requests are not held up for long.
+const diskSweepBatch = 1000
+
+// ErrLocked means another process has the store's file open.
+var ErrLocked = errors.New("dedup: the store's file is in use by another process")
+
+// Open opens (or creates) the store's file in dir, which must exist,
+// and starts the sweep of expired records, which Close stops.
+func Open(dir string) (*Store, error) { return openDisk(dir, diskSweepInterval) }
+
+func openDisk(dir string, sweepEvery time.Duration) (*Store, error) {
+	path := filepath.Join(dir, File)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: diskLockTimeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s (still locked after %s)", ErrLocked, path, diskLockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
+	}
+	// A batch runs as soon as the first write before it commits, or after
+	// this delay: long enough to gather the writes of requests that arrive
+	// together, short against an fsync.
+	db.MaxBatchDelay = time.Millisecond
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketRecords, bucketRequests, bucketDue, bucketDead, bucketExpiry} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	d := &Store{db: db, stop: stop}
+	d.done.Go(func() { storeop.Every(ctx, sweepEvery, func() bool { _ = d.sweep(); return false }) })
+	return d, nil
+}
+
+// Close stops the sweep and closes the file, releasing its lock.
+func (d *Store) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		d.stop()
+		d.done.Wait()
+		err = d.db.Close()
+	})
+	return err
+}
+
+// sweep deletes the expired records, diskSweepBatch per transaction.
+func (d *Store) sweep() error {
+	for {
+		n := 0
+		err := d.write(func(tx *bolt.Tx) error {
+			n = 0
+			now := time.Now().UnixMilli()
+			b := buckets(tx)
+			var keys [][]byte
+			c := b.expiry.Cursor()
+			for k, _ := c.First(); k != nil && len(keys) < diskSweepBatch; k, _ = c.Next() {
+				if int64(binary.BigEndian.Uint64(k)) > now {
+					break
+				}
+				keys = append(keys, bytes.Clone(k[8:]))
+			}
+			for _, key := range keys {
+				if _, ok := b.get(key, now); !ok {
+					b.deleteAll(key)
+					n++
+				}
+			}
+			return nil
+		})
+		if err != nil || n < diskSweepBatch {
+			return err
+		}
+	}
+}
+
+// write runs fn in a write transaction that is committed before it
+// returns. fn may run more than once (a batch that fails is retried one by
+// one), so it sets its results afresh each time.
+func (d *Store) write(fn func(tx *bolt.Tx) error) error {
+	defer d.writes.Add(-1)
+	if d.writes.Add(1) == 1 || d.unbatched {
+		return d.db.Update(fn)
+	}
+	return d.db.Batch(fn)
+}
+
+// diskBuckets are the buckets of one transaction.
+type diskBuckets struct {
+	records, requests, due, dead, expiry *bolt.Bucket
+}
+
+func buckets(tx *bolt.Tx) diskBuckets {
+	return diskBuckets{
+		records:  tx.Bucket(bucketRecords),
+		requests: tx.Bucket(bucketRequests),
+		due:      tx.Bucket(bucketDue),
+		dead:     tx.Bucket(bucketDead),
+		expiry:   tx.Bucket(bucketExpiry),
+	}
+}
+
+// timeKey is an index key: at (unix ms), then key.
+func timeKey(at int64, key []byte) []byte {
+	k := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint64(k, uint64(at))
+	return append(k, key...)
+}
+
+// stored is a record as the file holds it.
+type stored struct {
+	expires int64  // unix ms; 0: never
+	value   []byte // a sync record (encoding.go) or an async one; valid in the transaction only
+}
+
+// get returns key's record if it has not expired.
+func (b diskBuckets) get(key []byte, now int64) (stored, bool) {
+	v := b.records.Get(key)
+	if len(v) < 8 {
+		return stored{}, false
+	}
+	s := stored{expires: int64(binary.BigEndian.Uint64(v)), value: v[8:]}
+	if s.expires != 0 && s.expires <= now {
+		return stored{}, false
+	}
+	return s, true
+}
+
+// put writes key's record, keeping the expiry index in step.
+func (b diskBuckets) put(key []byte, expires int64, value []byte) error {
+	if old := b.records.Get(key); len(old) >= 8 {
+		if e := int64(binary.BigEndian.Uint64(old)); e != 0 && e != expires {
+			if err := b.expiry.Delete(timeKey(e, key)); err != nil {
+				return err
+			}
+		}
+	}
+	v := make([]byte, 8, 8+len(value))
+	binary.BigEndian.PutUint64(v, uint64(expires))
+	if err := b.records.Put(key, append(v, value...)); err != nil {
+		return err
+	}
+	if expires != 0 {
+		return b.expiry.Put(timeKey(expires, key), nil)
+	}
+	return nil
+}
+
+// deleteAll removes key's record, expired or not, with its request and
+// its entries in every index.
+func (b diskBuckets) deleteAll(key []byte) {
+	v := b.records.Get(key)
+	if len(v) < 8 {
+		return
+	}
+	if e := int64(binary.BigEndian.Uint64(v)); e != 0 {
+		_ = b.expiry.Delete(timeKey(e, key))
+	}
+	if a, err := codec.DecodeAsync(v[8:]); err == nil {
+		b.unindex(key, a)
+	}
+	_ = b.requests.Delete(key)
+	_ = b.records.Delete(key)
+}
+
+// unindex removes a's entry from the due or dead index.
+func (b diskBuckets) unindex(key []byte, a codec.Async) {
+	switch a.State {
+	case dedup.Queued, dedup.Delivering:
+		_ = b.due.Delete(timeKey(a.At, key))
+	case dedup.Failed:
+		_ = b.dead.Delete(timeKey(a.At, key))
+	}
+}
+
+// index adds a's entry to the due or dead index.
+func (b diskBuckets) index(key []byte, a codec.Async) error {
+	switch a.State {
+	case dedup.Queued, dedup.Delivering:
+		return b.due.Put(timeKey(a.At, key), nil)
+	case dedup.Failed:
+		return b.dead.Put(timeKey(a.At, key), nil)
+	}
+	return nil
+}
+
+// putAsync replaces key's async record old with a, moving its index entry.
+func (b diskBuckets) putAsync(key []byte, old, a codec.Async, expires int64) error {
+	b.unindex(key, old)
+	if err := b.index(key, a); err != nil {
+		return err
+	}
+	return b.put(key, expires, codec.EncodeAsync(a))
+}
+
+// record is what callers see of s at now.
+func (s stored) record(now int64) (dedup.Record, error) {
+	var rec dedup.Record
+	if len(s.value) > 0 && s.value[0] == codec.TagAsync {
+		a, err := codec.DecodeAsync(s.value)
+		if err != nil {
+			return dedup.Record{}, err
+		}
+		rec = a.Record(now)
+	} else {
+		var err error
+		if rec, err = codec.DecodeRecord(string(s.value)); err != nil {
+			return dedup.Record{}, err
+		}
+	}
+	if s.expires != 0 {
+		rec.TTL = time.Duration(s.expires-now) * time.Millisecond
+	}
+	return rec, nil
+}
+
+// Claim takes key for lease if no record holds it (sync delivery). If the
+// key is free it returns the new Claim and a Record in state Absent;
+// otherwise a zero Claim and the record that holds the key, of either
+// delivery mode.
+func (d *Store) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, dedup.Record, error) {
+	if err := storeop.CheckClaim(ctx, key, lease); err != nil {
+		return dedup.Claim{}, dedup.Record{}, err
+	}
+	tok := codec.NewToken()
+	k := []byte(key)
+	var (
+		won bool
+		rec dedup.Record
+	)
+	err := d.write(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		now := time.Now()
+		if s, ok := b.get(k, now.UnixMilli()); ok {
+			won = false
+			var err error
+			rec, err = s.record(now.UnixMilli())
+			return err
+		}
+		won = true
+		b.deleteAll(k) // an expired record
+		return b.put(k, now.Add(lease).UnixMilli(), codec.EncodeInFlight(tok, now.UnixMilli()))
+	})
+	if err != nil {
+		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
+	}
+	if !won {
+		return dedup.Claim{}, rec, nil
+	}
+	return dedup.Claim{Key: key, Token: hex.EncodeToString(tok[:])}, dedup.Record{State: dedup.Absent}, nil
+}
+
+// ownsSync reports whether tok holds key's sync in-flight record.
+func (b diskBuckets) ownsSync(key []byte, tok [codec.TokenLen]byte, now int64) bool {
+	s, ok := b.get(key, now)
+	return ok && bytes.HasPrefix(s.value, codec.OwnerPrefix(tok)) && len(s.value) == codec.InFlightLen
+}
+
+// Complete replaces c's in-flight record with a completed one holding res,
+// kept for ttl. If c no longer owns its key it returns ErrNotOwner and
+// changes nothing.
+func (d *Store) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, ttl time.Duration) error {
+	tok, err := storeop.CheckComplete(ctx, c, res, ttl)
+	if err != nil {
+		return err
+	}
+	owned := false
+	err = d.write(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		now := time.Now()
+		owned = b.ownsSync([]byte(c.Key), tok, now.UnixMilli())
+		if !owned {
+			return nil
+		}
+		return b.put([]byte(c.Key), now.Add(ttl).UnixMilli(), codec.EncodeCompleted(res, now.Unix()))
+	})
+	if err == nil && !owned {
+		err = dedup.ErrNotOwner
+	}
+	if err != nil {
+		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
+	}
+	return nil
+}
+
+// Release deletes c's in-flight record so the event can be claimed again.
+// If c no longer owns its key it returns ErrNotOwner and changes nothing.
+func (d *Store) Release(ctx context.Context, c dedup.Claim) error {
+	tok, err := storeop.CheckOwned(ctx, "release", c.Key, c.Token)
+	if err != nil {
+		return err
+	}
+	owned := false
+	err = d.write(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		owned = b.ownsSync([]byte(c.Key), tok, time.Now().UnixMilli())
+		if owned {
+			b.deleteAll([]byte(c.Key))
+		}
+		return nil
+	})
+	if err == nil && !owned {
+		err = dedup.ErrNotOwner
+	}
+	if err != nil {
+		return fmt.Errorf("dedup: release %s: %w", c.Key, err)
+	}
+	return nil
+}
+
+// Lookup returns the record for key, or ErrNotFound.
+func (d *Store) Lookup(ctx context.Context, key string) (dedup.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return dedup.Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
+	}
+	var rec dedup.Record
+	err := d.db.View(func(tx *bolt.Tx) error {
+		now := time.Now().UnixMilli()
+		s, ok := buckets(tx).get([]byte(key), now)
+		if !ok {
+			return dedup.ErrNotFound
+		}
+		var err error
+		rec, err = s.record(now)
+		return err
+	})
+	if err != nil {
+		return dedup.Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
+	}
+	return rec, nil
+}
+
+// Forget deletes the record for key, whatever its state, with its queued
+// request if it has one, and reports whether there was one.
+func (d *Store) Forget(ctx context.Context, key string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
+	}
+	had := false
+	err := d.write(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		_, had = b.get([]byte(key), time.Now().UnixMilli())
+		b.deleteAll([]byte(key))
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
+	}
+	return had, nil
+}
+
+// Ping checks that the file can be read.
+func (d *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	if err := d.db.View(func(*bolt.Tx) error { return nil }); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	return nil
+}
+
+// Enqueue claims key and stores req for delivery in one transaction,
+// committed to the file before it returns. If the key was free it returns
+// true; otherwise false and the record that holds the key.
+func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	payload := codec.EncodeRequest(req)
+	var (
+		won bool
+		rec dedup.Record
+	)
+	err := d.write(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		now := time.Now().UnixMilli()
+		k := []byte(key)
+		if s, ok := b.get(k, now); ok {
+			won = false
+			var err error
+			rec, err = s.record(now)
+			return err
+		}
+		won = true
+		b.deleteAll(k) // an expired record
+		a := codec.Async{State: dedup.Queued, Accepted: now, At: now}
+		if err := b.requests.Put(k, payload); err != nil {
+			return err
+		}
+		return b.putAsync(k, codec.Async{}, a, 0)
+	})
+	if err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	return won, rec, nil
+}
+
+// Take hands out at most n due deliveries, each leased for lease.
+func (d *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	if take, err := storeop.CheckTake(ctx, n, lease); !take {
+		return nil, err
+	}
+	// Workers poll: an empty poll reads, and commits nothing.
+	var due bool
+	err := d.db.View(func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucketDue).Cursor().First()
+		due = k != nil && int64(binary.BigEndian.Uint64(k)) <= time.Now().UnixMilli()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	if !due {
+		return nil, nil
+	}
+	var out []dedup.Delivery
+	err = d.write(func(tx *bolt.Tx) error {
+		out = out[:0]
+		b := buckets(tx)
+		now := time.Now()
+		ms := now.UnixMilli()
+		var keys [][]byte
+		c := b.due.Cursor()
+		for k, _ := c.First(); k != nil && len(keys) < n; k, _ = c.Next() {
+			if int64(binary.BigEndian.Uint64(k)) > ms {
+				break
+			}
+			keys = append(keys, bytes.Clone(k))
+		}
+		for _, idx := range keys {
+			key := idx[8:]
+			s, ok := b.get(key, ms)
+			a, err := codec.DecodeAsync(s.value)
+			if !ok || err != nil || (a.State != dedup.Queued && a.State != dedup.Delivering) {
+				// An entry its record no longer points to: drop it
+				// rather than stall the queue on it.
+				_ = b.due.Delete(idx)
+				continue
+			}
+			req, err := codec.DecodeRequest(b.requests.Get(key))
+			if err != nil {
+				// Never deliverable: dead-letter it rather than stall
+				// every Take on it.
+				failed := a
+				failed.State, failed.At, failed.LastStatus = dedup.Failed, ms, 0
+				failed.LastError = "the stored request cannot be read: " + err.Error()
+				if err := b.putAsync(key, a, failed, now.Add(storeop.UnreadableKeep).UnixMilli()); err != nil {
+					return err
+				}
+				continue
+			}
+			next := a
+			next.State = dedup.Delivering
+			next.Token = codec.NewToken()
+			next.Attempts++
+			next.At = now.Add(lease).UnixMilli()
+			if err := b.putAsync(key, a, next, 0); err != nil {
+				return err
+			}
+			out = append(out, dedup.Delivery{
+				Claim:      dedup.Claim{Key: string(key), Token: hex.EncodeToString(next.Token[:])},
+				Request:    req,
+				Attempt:    next.Attempts,
+				AcceptedAt: time.UnixMilli(a.Accepted),
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	return out, nil
+}
+
+// settle ends dl's attempt, if dl still holds its event: the record drops
+// dl's token and keeps the attempt's status and reason, and change sets
+// the rest of its next state and returns its expiry.
+func (d *Store) settle(ctx context.Context, op string, dl dedup.Delivery, status int, reason string, change func(next *codec.Async, now time.Time) (expires int64)) error {
+	if err := codec.CheckResult(dedup.Result{Status: status}); err != nil {
+		return fmt.Errorf("dedup: %s %s: %w", op, dl.Claim.Key, err)
+	}
+	tok, err := storeop.CheckOwned(ctx, op, dl.Claim.Key, dl.Claim.Token)
+	if err != nil {
+		return err
+	}
+	err = d.write(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		now := time.Now()
+		key := []byte(dl.Claim.Key)
+		s, ok := b.get(key, now.UnixMilli())
+		if !ok {
+			return dedup.ErrNotOwner
+		}
+		a, err := codec.DecodeAsync(s.value)
+		if err != nil || a.State != dedup.Delivering || a.Token != tok {
+			return dedup.ErrNotOwner
+		}
+		next := a
+		next.Token = [codec.TokenLen]byte{}
+		next.LastStatus, next.LastError = status, reason
+		expires := change(&next, now)
+		if next.State == dedup.Completed {
+			_ = b.requests.Delete(key)
+		}
+		return b.putAsync(key, a, next, expires)
+	})
+	if err != nil {
+		return fmt.Errorf("dedup: %s %s: %w", op, dl.Claim.Key, err)
+	}
+	return nil
+}
+
+// Succeed completes dl's event with res, kept for ttl, and drops its request.
+func (d *Store) Succeed(ctx context.Context, dl dedup.Delivery, res dedup.Result, ttl time.Duration) error {
+	if err := storeop.CheckDuration("ttl", ttl); err != nil {
+		return fmt.Errorf("dedup: succeed %s: %w", dl.Claim.Key, err)
+	}
+	return d.settle(ctx, "succeed", dl, res.Status, "", func(a *codec.Async, now time.Time) int64 {
+		a.State, a.At = dedup.Completed, 0
+		a.Result, a.Completed = res, now.Unix()
+		return now.Add(ttl).UnixMilli()
+	})
+}
+
+// Retry gives dl back to the queue, due again at next.
+func (d *Store) Retry(ctx context.Context, dl dedup.Delivery, next time.Time, status int, reason string) error {
+	return d.settle(ctx, "retry", dl, status, reason, func(a *codec.Async, _ time.Time) int64 {
+		a.State, a.At = dedup.Queued, next.UnixMilli()
+		return 0
+	})
+}
+
+// Fail dead-letters dl's event, kept with its request for keep.
+func (d *Store) Fail(ctx context.Context, dl dedup.Delivery, status int, reason string, keep time.Duration) error {
+	if err := storeop.CheckDuration("keep", keep); err != nil {
+		return fmt.Errorf("dedup: fail %s: %w", dl.Claim.Key, err)
+	}
+	return d.settle(ctx, "fail", dl, status, reason, func(a *codec.Async, now time.Time) int64 {
+		a.State, a.At = dedup.Failed, now.UnixMilli()
+		return now.Add(keep).UnixMilli()
+	})
+}
+
+// Requeue puts a dead-lettered event back in the queue as a new first
+// attempt, accepted now (so RETRY_MAX_AGE counts afresh).
+func (d *Store) Requeue(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dedup: requeue %s: %w", key, err)
+	}
+	err := d.write(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		now := time.Now().UnixMilli()
+		k := []byte(key)
+		s, ok := b.get(k, now)
+		if !ok {
+			return dedup.ErrNotFound
+		}
+		a, err := codec.DecodeAsync(s.value)
+		if err != nil || a.State != dedup.Failed {
+			return dedup.ErrNotFailed
+		}
+		next := codec.Async{State: dedup.Queued, Accepted: now, At: now}
+		return b.putAsync(k, a, next, 0)
+	})
+	if err != nil {
+		return fmt.Errorf("dedup: requeue %s: %w", key, err)
+	}
+	return nil
+}
+
+// DeadLetters lists up to limit failed events, oldest failure first, from
+// cursor (empty: the first page), and the cursor of the next page.
+func (d *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
+	}
+	if limit <= 0 {
+		return nil, "", fmt.Errorf("dedup: dead letters: limit %d is not positive", limit)
+	}
+	after, err := hex.DecodeString(cursor)
+	if err != nil || (cursor != "" && len(after) < 8) {
+		return nil, "", fmt.Errorf("dedup: dead letters: bad cursor %q", cursor)
+	}
+	var (
+		out  []dedup.DeadLetter
+		next string
+	)
+	err = d.db.View(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		now := time.Now().UnixMilli()
+		c := b.dead.Cursor()
+		k, _ := c.First()
+		if len(after) > 0 {
+			k, _ = c.Seek(after)
+			if bytes.Equal(k, after) {
+				k, _ = c.Next()
+			}
+		}
+		for ; k != nil; k, _ = c.Next() {
+			s, ok := b.get(k[8:], now)
+			if !ok {
+				continue // expired; the sweep deletes it
+			}
+			if len(out) == limit {
+				next = hex.EncodeToString(after)
+				return nil
+			}
+			a, err := codec.DecodeAsync(s.value)
+			if err != nil {
+				return err
+			}
+			out = append(out, dedup.DeadLetter{
+				Key:        string(k[8:]),
+				Attempts:   a.Attempts,
+				LastStatus: a.LastStatus,
+				LastError:  a.LastError,
+				FailedAt:   time.UnixMilli(a.At),
+			})
+			after = bytes.Clone(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
+	}
+	return out, next, nil
+}
+
+// Stats reports the queue's depth, its oldest event's age and the number
+// of dead letters, reading the whole queue: fine for the one replica the
+// embedded store serves.
+func (d *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
+	if err := ctx.Err(); err != nil {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
+	}
+	var st dedup.QueueStats
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		now := time.Now().UnixMilli()
+		oldest := int64(0)
+		c := b.due.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			s, ok := b.get(k[8:], now)
+			if !ok {
+				continue
+			}
+			a, err := codec.DecodeAsync(s.value)
+			if err != nil {
+				return err
+			}
+			if oldest == 0 || a.Accepted < oldest {
+				oldest = a.Accepted
+			}
+			if a.State != dedup.Delivering || a.At <= now { // not held, its lease running
+				st.Depth++
+			}
+		}
+		if oldest != 0 {
+			st.OldestAge = max(0, time.Duration(now-oldest)*time.Millisecond)
+		}
+		c = b.dead.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if _, ok := b.get(k[8:], now); ok {
+				st.DeadLetters++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
+	}
+	return st, nil
+}
+
+// count is the number of keys in bucket, for tests.
+func (d *Store) count(bucket []byte) int {
+	n := 0
+	_ = d.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucket).Stats().KeyN
+		return nil
+	})
+	return n
+}
+
+// Features is what the on-disk store can do: keep records and the async
+// queue across restarts, for the one process that holds the file.
+func Features() dedup.Features { return dedup.Features{Queue: true, Durable: true} }
+
+// Backend is d as the program uses it: its records and its queue.
+func (d *Store) Backend() dedup.Backend {
+	return dedup.Backend{Features: Features(), Store: d, Queue: d, Close: d.Close}
+}

@@ -1,0 +1,160 @@
+package codec
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// A queued Request is stored as one binary value, written once at Enqueue
+// and read at every Take. Strings are a uvarint length and the bytes:
+//
+//	[0]   version 0x01
+//	[1]   flags: bit 0 set if the request came over TLS
+//	      Method, RequestURI, Host, RemoteAddr: four strings
+//	      uvarint number of header names, then for each: the name, a
+//	      uvarint number of values, and the values
+//	      Body: the rest, to the end
+//
+// Header names are kept as received (canonical or not) and in the sorted
+// order of their names, so one request always encodes to the same bytes.
+const requestVersion = 0x01
+
+// ErrBadRequest means a stored request is not one this package wrote.
+var ErrBadRequest = errors.New("unrecognised queued request")
+
+// EncodeRequest is the stored form of r.
+func EncodeRequest(r dedup.Request) []byte {
+	n := 2 + 4*binary.MaxVarintLen32 + len(r.Method) + len(r.RequestURI) + len(r.Host) + len(r.RemoteAddr) + binary.MaxVarintLen32 + len(r.Body)
+	names := make([]string, 0, len(r.Header))
+	for name, vs := range r.Header {
+		names = append(names, name)
+		n += 2*binary.MaxVarintLen32 + len(name)
+		for _, v := range vs {
+			n += binary.MaxVarintLen32 + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, n)
+	var flags byte
+	if r.TLS {
+		flags |= 1
+	}
+	b = append(b, requestVersion, flags)
+	for _, s := range []string{r.Method, r.RequestURI, r.Host, r.RemoteAddr} {
+		b = AppendString(b, s)
+	}
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		b = AppendString(b, name)
+		vs := r.Header[name]
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = AppendString(b, v)
+		}
+	}
+	return append(b, r.Body...)
+}
+
+func AppendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// DecodeRequest reads a stored request. The Request it returns shares no
+// memory with v.
+func DecodeRequest(v []byte) (dedup.Request, error) {
+	if len(v) < 2 || v[0] != requestVersion {
+		return dedup.Request{}, fmt.Errorf("%w: bad version", ErrBadRequest)
+	}
+	if v[1]&^1 != 0 {
+		return dedup.Request{}, fmt.Errorf("%w: unknown flags 0x%02x", ErrBadRequest, v[1])
+	}
+	r := dedup.Request{TLS: v[1]&1 != 0}
+	d := Decoder{Rest: v[2:]}
+	r.Method = d.Text()
+	r.RequestURI = d.Text()
+	r.Host = d.Text()
+	r.RemoteAddr = d.Text()
+	names := d.Count()
+	if names > 0 {
+		r.Header = make(http.Header, names)
+	}
+	for range names {
+		name := d.Text()
+		values := d.Count()
+		if d.Err != nil {
+			break
+		}
+		if _, dup := r.Header[name]; dup {
+			return dedup.Request{}, fmt.Errorf("%w: header %q twice", ErrBadRequest, name)
+		}
+		vs := make([]string, 0, values)
+		for range values {
+			vs = append(vs, d.Text())
+		}
+		r.Header[name] = vs
+	}
+	if d.Err != nil {
+		return dedup.Request{}, d.Err
+	}
+	if len(d.Rest) > 0 {
+		r.Body = append([]byte(nil), d.Rest...)
+	}
+	return r, nil
+}
+
+// Decoder reads the uvarints, strings and counts of a stored value (a
+// request, or a store's own record): the first error sticks and every
+// later read returns a zero value.
+type Decoder struct {
+	// Rest is what is left to read.
+	Rest []byte
+	// Err is the first error met; nil while every read succeeded.
+	Err error
+}
+
+// Uvarint reads an unsigned varint.
+func (d *Decoder) Uvarint() uint64 {
+	if d.Err != nil {
+		return 0
+	}
+	n, k := binary.Uvarint(d.Rest)
+	if k <= 0 {
+		d.Err = fmt.Errorf("%w: bad length", ErrBadRequest)
+		return 0
+	}
+	d.Rest = d.Rest[k:]
+	return n
+}
+
+// Text reads a string: its uvarint length, then its bytes.
+func (d *Decoder) Text() string {
+	n := d.Uvarint()
+	if d.Err != nil {
+		return ""
+	}
+	if n > uint64(len(d.Rest)) {
+		d.Err = fmt.Errorf("%w: string past the end", ErrBadRequest)
+		return ""
+	}
+	s := string(d.Rest[:n]) // a copy
+	d.Rest = d.Rest[n:]
+	return s
+}
+
+// Count reads a number of items that follow, each at least one byte long,
+// so that a corrupt count cannot make the decoder allocate more than the
+// value's size.
+func (d *Decoder) Count() int {
+	n := d.Uvarint()
+	if d.Err == nil && n > uint64(len(d.Rest)) {
+		d.Err = fmt.Errorf("%w: count %d past the end", ErrBadRequest, n)
+		return 0
+	}
+	return int(n)
+}

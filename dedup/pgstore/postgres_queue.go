@@ -1,0 +1,367 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/storeop"
+)
+
+var _ dedup.Queue = (*Store)(nil)
+
+// enqueueSQL claims the key for an async event (state queued, no expiry
+// while it waits) and stores its request, in one statement, so one
+// commit makes both durable or neither; a queue row left by an expired
+// dead letter is replaced. Listeners hear of it once it commits: the
+// notification is made per queued row (LATERAL), so a duplicate, which
+// queues nothing, sends none.
+const enqueueSQL = live + `, won AS (
+	INSERT INTO %[1]srecords AS r (key, state, token, since, expires_at)
+	SELECT $1, 3, NULL::bytea, now(), 'infinity'::timestamptz WHERE NOT EXISTS (SELECT FROM live)
+	` + claimTakeover + `
+	RETURNING r.key
+), queued AS (
+	INSERT INTO %[1]squeue AS q (key, method, request_uri, host, header, remote_addr, tls, body, accepted_at, attempts, due_at)
+	SELECT key, $2, $3, $4, $5, $6, $7, $8, now(), 0, now() FROM won
+	ON CONFLICT (key) DO UPDATE SET method = excluded.method, request_uri = excluded.request_uri,
+		host = excluded.host, header = excluded.header, remote_addr = excluded.remote_addr, tls = excluded.tls,
+		body = excluded.body, accepted_at = excluded.accepted_at, attempts = 0, due_at = excluded.due_at,
+		lease_token = NULL, last_status = NULL, last_error = NULL, failed_at = NULL
+	RETURNING q.key
+)
+SELECT true, ` + noRecord + ` FROM queued CROSS JOIN LATERAL (SELECT pg_notify($9, queued.key)) AS notified
+UNION ALL
+SELECT false, * FROM live`
+
+// takeSQL leases up to $1 due deliveries to one caller: queued events
+// whose time has come and deliveries whose lease ran out. SKIP LOCKED
+// lets workers on every replica take at once without waiting for each
+// other or taking the same row.
+const takeSQL = `WITH due AS (
+	SELECT key FROM %[1]squeue
+	WHERE failed_at IS NULL AND due_at <= now()
+	ORDER BY due_at LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
+FROM due WHERE q.key = due.key
+RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.remote_addr, q.tls, q.body, q.attempts, q.accepted_at`
+
+// succeedSQL completes a delivery its holder still owns: the request goes,
+// the record becomes a completed one.
+const succeedSQL = `WITH mine AS (
+	DELETE FROM %[1]squeue WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key, attempts
+)
+UPDATE %[1]srecords r SET state = 2, token = NULL, since = now(), expires_at = now() + $3::bigint * interval '1 microsecond',
+	status = $4, fingerprint = $5, content_type = $6, body = $7, attempts = mine.attempts
+FROM mine WHERE r.key = mine.key`
+
+// retrySQL gives a delivery back to the queue, due at $3.
+const retrySQL = `UPDATE %[1]squeue SET lease_token = NULL, due_at = $3, last_status = $4, last_error = $5
+WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL`
+
+// failSQL dead-letters a delivery: its record now expires after the
+// dead-letter retention, and its request stays until then.
+const failSQL = `WITH mine AS (
+	UPDATE %[1]squeue SET lease_token = NULL, failed_at = now(), last_status = $3, last_error = $4
+	WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key
+)
+UPDATE %[1]srecords r SET expires_at = now() + $5::bigint * interval '1 microsecond'
+FROM mine WHERE r.key = mine.key`
+
+// requeueSQL puts a live dead letter back as a new first attempt, and
+// says what the key held: requeued, or the live record's state (NULL:
+// none).
+const requeueSQL = `WITH mine AS (
+	UPDATE %[1]squeue q SET failed_at = NULL, attempts = 0, accepted_at = now(), due_at = now(), lease_token = NULL
+	FROM %[1]srecords r
+	WHERE q.key = $1 AND q.failed_at IS NOT NULL AND r.key = q.key AND r.expires_at > now()
+	RETURNING q.key
+), kept AS (
+	UPDATE %[1]srecords r SET expires_at = 'infinity', since = now() FROM mine WHERE r.key = mine.key
+)
+SELECT EXISTS (SELECT FROM mine),
+	EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND expires_at > now()),
+	(SELECT pg_notify($2, mine.key) FROM mine) IS NOT NULL`
+
+// deadLettersSQL lists live dead letters in key order, after the cursor.
+const deadLettersSQL = `SELECT q.key, q.attempts, q.last_status, q.last_error, q.failed_at
+FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key
+WHERE q.failed_at IS NOT NULL AND q.key > $1 AND r.expires_at > now()
+ORDER BY q.key LIMIT $2`
+
+// statsSQL counts what waits (not what is being delivered), its oldest
+// age, and the live dead letters.
+const statsSQL = `SELECT
+	count(*) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now())),
+	coalesce(extract(epoch FROM now() - min(q.accepted_at) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()))) * 1000000, 0)::bigint,
+	count(*) FILTER (WHERE q.failed_at IS NOT NULL AND r.expires_at > now())
+FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key`
+
+// Enqueue claims key and stores req for delivery in one statement (one
+// commit). If the key was free it returns true; otherwise false and the
+// record that holds the key, and stores nothing.
+func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	header, err := json.Marshal(req.Header)
+	if err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	body := req.Body
+	if body == nil {
+		body = []byte{}
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.owner.Checked(ctx); err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	won, rec, err := s.claimOnce(ctx, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
+		req.RemoteAddr, req.TLS, body, s.sql.notify)
+	if err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	return won, rec, nil
+}
+
+// Take leases up to n due deliveries to the caller for lease.
+func (s *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	if take, err := storeop.CheckTake(ctx, n, lease); !take {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	tok := codec.NewToken()
+	rows, err := s.pool.Query(ctx, s.sql.take, n, tok[:], micros(lease))
+	if err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	token := hex.EncodeToString(tok[:])
+	var out []dedup.Delivery
+	for rows.Next() {
+		var d dedup.Delivery
+		var header []byte
+		r := &d.Request
+		if err := rows.Scan(&d.Claim.Key, &r.Method, &r.RequestURI, &r.Host, &header, &r.RemoteAddr, &r.TLS, &r.Body,
+			&d.Attempt, &d.AcceptedAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("dedup: take: %w", err)
+		}
+		if err := json.Unmarshal(header, &r.Header); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("dedup: take %s: header: %w", d.Claim.Key, err)
+		}
+		if len(r.Header) == 0 {
+			r.Header = http.Header(nil)
+		}
+		if len(r.Body) == 0 {
+			r.Body = nil
+		}
+		d.Claim.Token = token
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	return out, nil
+}
+
+// settle runs one token-checked statement on d's queue row (see owned).
+// Each statement changes nothing once its first attempt committed (the
+// token no longer matches), so a retry whose first answer was lost
+// reports ErrNotOwner.
+func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, sql string, args ...any) error {
+	return s.owned(ctx, op, d.Claim.Key, d.Claim.Token, sql, args...)
+}
+
+// Succeed completes d's event with res, kept for ttl, and drops its
+// request.
+func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {
+	if err := storeop.CheckDuration("ttl", ttl); err != nil {
+		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
+	}
+	if err := codec.CheckResult(res); err != nil {
+		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
+	}
+	status, fp, ct, body := resultColumns(res)
+	return s.settle(ctx, "succeed", d, s.sql.succeed, micros(ttl), status, fp, ct, body)
+}
+
+// Retry gives d back to the queue, due again at next.
+func (s *Store) Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error {
+	return s.settle(ctx, "retry", d, s.sql.retry, next, nullStatus(status), reason)
+}
+
+// Fail dead-letters d's event, kept with its request for keep.
+func (s *Store) Fail(ctx context.Context, d dedup.Delivery, status int, reason string, keep time.Duration) error {
+	if err := storeop.CheckDuration("keep", keep); err != nil {
+		return fmt.Errorf("dedup: fail %s: %w", d.Claim.Key, err)
+	}
+	return s.settle(ctx, "fail", d, s.sql.fail, nullStatus(status), reason, micros(keep))
+}
+
+// nullStatus is a status as the queue keeps it: NULL when no answer came.
+func nullStatus(status int) *int32 {
+	if status == 0 {
+		return nil
+	}
+	n := int32(status)
+	return &n
+}
+
+// Requeue puts a dead-lettered event back in the queue as a new first
+// attempt. ErrNotFound if unknown, ErrNotFailed if not dead-lettered.
+func (s *Store) Requeue(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dedup: requeue %s: %w", key, err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var requeued, exists, notified bool
+	if err := s.pool.QueryRow(ctx, s.sql.requeue, key, s.sql.notify).Scan(&requeued, &exists, &notified); err != nil {
+		return fmt.Errorf("dedup: requeue %s: %w", key, err)
+	}
+	switch {
+	case requeued:
+		return nil
+	case exists:
+		return fmt.Errorf("dedup: requeue %s: %w", key, dedup.ErrNotFailed)
+	default:
+		return fmt.Errorf("dedup: requeue %s: %w", key, dedup.ErrNotFound)
+	}
+}
+
+// DeadLetters lists up to limit failed events in key order from cursor.
+func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
+	}
+	after, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: bad cursor %q", cursor)
+	}
+	if limit <= 0 {
+		return nil, "", nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	// One more than asked says whether there is a next page.
+	rows, err := s.pool.Query(ctx, s.sql.deadLetters, string(after), limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dedup.DeadLetter, error) {
+		var dl dedup.DeadLetter
+		var status *int32
+		var reason *string
+		err := row.Scan(&dl.Key, &dl.Attempts, &status, &reason, &dl.FailedAt)
+		if status != nil {
+			dl.LastStatus = int(*status)
+		}
+		if reason != nil {
+			dl.LastError = *reason
+		}
+		return dl, err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
+	}
+	if len(list) <= limit {
+		return list, "", nil
+	}
+	list = list[:limit]
+	return list, base64.RawURLEncoding.EncodeToString([]byte(list[limit-1].Key)), nil
+}
+
+// Stats reports the queue's depth, its oldest event's age and the number
+// of dead letters.
+func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
+	if err := ctx.Err(); err != nil {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var st dedup.QueueStats
+	var oldest int64
+	if err := s.pool.QueryRow(ctx, s.sql.stats).Scan(&st.Depth, &oldest, &st.DeadLetters); err != nil {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
+	}
+	st.OldestAge = time.Duration(oldest) * time.Microsecond
+	return st, nil
+}
+
+// Notify returns a channel that receives (without blocking the sender:
+// several events may make one signal) when an event is queued or
+// requeued, by this process or any other sharing the tables, so that
+// delivery workers wait on it and on a timer rather than poll often. It
+// listens (LISTEN) on a connection of its own from the first call until
+// Close, and connects again after the database was lost, signalling once
+// it is back (what was queued meanwhile was not heard). Optional: Take
+// finds every due event without it.
+func (s *Store) Notify() <-chan struct{} {
+	s.notifyOnce.Do(func() {
+		s.notify = make(chan struct{}, 1)
+		s.done.Go(func() { s.listen(s.background) })
+	})
+	return s.notify
+}
+
+// listen keeps a LISTEN connection until ctx ends.
+func (s *Store) listen(ctx context.Context) {
+	pause := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !storeop.Sleep(ctx, pause) {
+				return
+			}
+			pause = min(2*pause, 5*time.Second)
+		}
+	}
+}
+
+// listenOnce listens on one connection until it fails or ctx ends.
+func (s *Store) listenOnce(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A listening connection is never handed back: it would keep
+	// receiving notifications for whoever got it next.
+	pc := conn.Hijack()
+	defer pc.Close(context.WithoutCancel(ctx))
+	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{s.sql.notify}.Sanitize()); err != nil {
+		return err
+	}
+	s.signal() // anything queued while no one listened
+	for {
+		if _, err := pc.WaitForNotification(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+		s.signal()
+	}
+}
+
+func (s *Store) signal() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}

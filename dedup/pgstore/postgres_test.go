@@ -1,0 +1,389 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/pgstore/pgname"
+	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
+	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+)
+
+// openPostgres opens a store on a fresh database of srv (nil: the shared
+// server) with its tables created. Unless cfg says, each operation may
+// take 10s: on a loaded CI machine, 1s is not always enough, and the
+// conformance suite is about answers, not speed.
+func openPostgres(t testing.TB, srv *pgtest.Server, cfg Config) *Store {
+	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if srv == nil {
+		srv = postgres.Get(t)
+	}
+	if cfg.URL == "" {
+		cfg.URL = srv.NewDatabase(t)
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestPostgres(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) (dedup.Backend, func() dedup.Backend) {
+		url := postgres.Get(t).NewDatabase(t)
+		s := openPostgres(t, nil, Config{URL: url})
+		return s.Backend(), func() dedup.Backend { return openPostgres(t, nil, Config{URL: url}).Backend() }
+	})
+}
+
+// TestPostgresCached runs the conformance suite through the cache of
+// completed records (CACHE_SIZE), over PostgreSQL.
+func TestPostgresCached(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) (dedup.Backend, func() dedup.Backend) {
+		url := postgres.Get(t).NewDatabase(t)
+		cached := func() dedup.Backend {
+			return dedup.WithCache(openPostgres(t, nil, Config{URL: url}).Backend(), dedup.CacheConfig{Size: 100})
+		}
+		return cached(), cached
+	})
+}
+
+// BenchmarkPostgres runs on the test server, which runs without fsync: a
+// commit on a real disk adds its flush to claim-complete.
+func BenchmarkPostgres(b *testing.B) {
+	b.Run("store", func(b *testing.B) { storetest.Bench(b, openPostgres(b, nil, Config{}).Backend()) })
+	// The cache answers duplicates of completed events from memory.
+	b.Run("cached", func(b *testing.B) {
+		storetest.Bench(b, dedup.WithCache(openPostgres(b, nil, Config{}).Backend(), dedup.CacheConfig{Size: 10000}))
+	})
+}
+
+// TestPostgresTablePrefix checks two prefixes in one database are two
+// stores that share nothing.
+func TestPostgresTablePrefix(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	a := openPostgres(t, nil, Config{URL: url})
+	b := openPostgres(t, nil, Config{URL: url, TablePrefix: "other_"})
+	ctx := context.Background()
+	storetest.MustClaim(t, a, "k", storetest.Lease)
+	storetest.MustClaim(t, b, "k", storetest.Lease)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM other_records").Scan(&n); err != nil || n != 1 {
+		t.Errorf("other_records holds %d rows (%v), want 1", n, err)
+	}
+}
+
+func TestPostgresBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no URL", Config{}, "no PostgreSQL URL"},
+		{"unparseable", Config{URL: "postgres://u:s3cret@%zz/db"}, "does not parse"},
+		{"bad option", Config{URL: "postgres://u:s3cret@localhost/db?pool_max_conns=many"}, "does not parse"},
+		{"prefix with a quote", Config{URL: "postgres://localhost/db", TablePrefix: `x"; DROP TABLE y; --`}, "table prefix"},
+		{"prefix upper case", Config{URL: "postgres://localhost/db", TablePrefix: "Dedup_"}, "table prefix"},
+		{"prefix starting with a digit", Config{URL: "postgres://localhost/db", TablePrefix: "1_"}, "table prefix"},
+		{"prefix too long", Config{URL: "postgres://localhost/db", TablePrefix: strings.Repeat("a", 41)}, "table prefix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(tc.cfg)
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("OpenPostgres succeeded")
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "dedup: ") || !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q, want it to start with \"dedup: \" and mention %q", msg, tc.want)
+			}
+			if strings.Contains(msg, "s3cret") {
+				t.Errorf("error %q shows the password", msg)
+			}
+		})
+	}
+}
+
+// TestPostgresMissingTables checks a store without its tables fails its
+// operations and its Ping (so /readyz says so) until Migrate creates them.
+func TestPostgresMissingTables(t *testing.T) {
+	s, err := Open(Config{URL: postgres.Get(t).NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "webhook_dedup_records") {
+		t.Errorf("Ping without tables = %v, want an error naming the table", err)
+	}
+	if _, _, err := s.Claim(ctx, "k", storetest.Lease); err == nil {
+		t.Error("Claim without tables succeeded")
+	}
+	for range 2 { // a second Migrate finds everything there
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping after Migrate: %v", err)
+	}
+	storetest.MustClaim(t, s, "k", storetest.Lease)
+}
+
+// TestPostgresSchemaMatchesMigrate checks PostgresSchema, what migrate
+// --print shows, is what Migrate runs.
+func TestPostgresSchema(t *testing.T) {
+	sql, err := Schema("acme_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CREATE TABLE IF NOT EXISTS acme_records", "CREATE TABLE IF NOT EXISTS acme_queue", "acme_records_expires_at", "WHERE failed_at IS NULL"} {
+		if !strings.Contains(sql, want) {
+			t.Errorf("schema lacks %q:\n%s", want, sql)
+		}
+	}
+	if _, err := Schema("bad-prefix"); !errors.Is(err, pgname.ErrBadPrefix) {
+		t.Errorf("PostgresSchema(bad-prefix) = %v, want pgname.ErrBadPrefix", err)
+	}
+}
+
+func TestPostgresAcrossOutage(t *testing.T) {
+	srv := pgtest.New(t)
+	s := openPostgres(t, srv, Config{})
+	ctx := context.Background()
+	c, _ := storetest.MustClaim(t, s, "before", storetest.Lease)
+	if err := s.Complete(ctx, c, storetest.Replayed, storetest.Keep); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping with PostgreSQL stopped succeeded")
+	}
+	if _, _, err := s.Claim(ctx, "outage", storetest.Lease); err == nil {
+		t.Fatal("Claim with PostgreSQL stopped succeeded")
+	}
+	srv.Start(t)
+	storetest.Eventually(t, "Ping to succeed after PostgreSQL restarts", func() bool { return s.Ping(ctx) == nil })
+	if _, rec, err := s.Claim(ctx, "outage", storetest.Lease); err != nil || rec.State != dedup.Absent {
+		t.Errorf("Claim after restart = %v, %v; want a fresh claim", rec.State, err)
+	}
+	if rec := storetest.MustLookup(t, s, "before"); rec.State != dedup.Completed {
+		t.Errorf("a record completed before the outage: %v, want completed", rec.State)
+	}
+}
+
+// TestPostgresTimeout checks a database that stops answering (paused)
+// fails each operation within the store's timeout instead of holding the
+// webhook.
+func TestPostgresTimeout(t *testing.T) {
+	srv := pgtest.New(t)
+	url := srv.NewDatabase(t)
+	// The tables are created by a store with the ordinary timeout: on a
+	// loaded machine a first connection and the DDL can take longer than
+	// the 200ms this test is about.
+	openPostgres(t, srv, Config{URL: url})
+	s, err := Open(Config{URL: url, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	// A pooled connection, now stuck; retried, as its dial can take
+	// longer than 200ms too (a claim that timed out may have taken the
+	// key: the next one then finds it taken, and gets through).
+	storetest.Eventually(t, "a first claim to get through", func() bool {
+		_, _, err := s.Claim(ctx, "warm", storetest.Lease)
+		return err == nil
+	})
+	srv.Pause(t)
+	defer srv.Resume(t)
+	done := make(chan error, 1)
+	go func() { _, _, err := s.Claim(ctx, "stuck", storetest.Lease); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Claim against a paused database = %v, want a deadline error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Claim against a paused database did not return within 10s")
+	}
+}
+
+// TestPostgresPrune checks expired rows, and only those, are deleted, in
+// batches smaller than what is expired.
+func TestPostgresPrune(t *testing.T) {
+	s := openPostgres(t, nil, Config{PruneBatch: 3})
+	ctx := context.Background()
+	for i := range 10 {
+		c, _ := storetest.MustClaim(t, s, "old/"+string(rune('a'+i)), storetest.Lease)
+		if err := s.Complete(ctx, c, storetest.Replayed, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storetest.MustClaim(t, s, "live", storetest.Lease)
+	storetest.Eventually(t, "the records to expire", func() bool {
+		_, err := s.Lookup(ctx, "old/j")
+		return errors.Is(err, dedup.ErrNotFound)
+	})
+	n, err := s.Prune(ctx)
+	if err != nil || n != 10 {
+		t.Fatalf("Prune = %d, %v; want 10 rows", n, err)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM webhook_dedup_records").Scan(&rows); err != nil || rows != 1 {
+		t.Errorf("%d rows left (%v), want the live one", rows, err)
+	}
+	if n, err := s.Prune(ctx); err != nil || n != 0 {
+		t.Errorf("second Prune = %d, %v; want 0", n, err)
+	}
+}
+
+// TestPostgresPruneOneAtATime checks a replica finding another pruning
+// (holding the lock) leaves the work to it.
+func TestPostgresPruneOneAtATime(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	s := openPostgres(t, nil, Config{URL: url})
+	ctx := context.Background()
+	c, _ := storetest.MustClaim(t, s, "old", storetest.Lease)
+	if err := s.Complete(ctx, c, storetest.Replayed, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_lock($1)", s.lockKey("prune")); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Eventually(t, "the record to expire", func() bool {
+		_, err := s.Lookup(ctx, "old")
+		return errors.Is(err, dedup.ErrNotFound)
+	})
+	if n, err := s.Prune(ctx); err != nil || n != 0 {
+		t.Errorf("Prune while another holds the lock = %d, %v; want 0", n, err)
+	}
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_unlock($1)", s.lockKey("prune")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(ctx); err != nil || n != 1 {
+		t.Errorf("Prune once the lock is free = %d, %v; want 1", n, err)
+	}
+}
+
+// TestPostgresPruneEvery checks the store prunes by itself every
+// PruneInterval and reports what it deleted.
+func TestPostgresPruneEvery(t *testing.T) {
+	pruned := make(chan int, 100)
+	s := openPostgres(t, nil, Config{PruneInterval: 20 * time.Millisecond, Pruned: func(n int) { pruned <- n }})
+	c, _ := storetest.MustClaim(t, s, "old", storetest.Lease)
+	if err := s.Complete(context.Background(), c, storetest.Replayed, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-pruned:
+		if n != 1 {
+			t.Errorf("pruned %d rows, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing pruned within 10s")
+	}
+}
+
+// TestPostgresAutoMigrateLater checks tables are created once a database
+// that was down at start answers, without reopening the store.
+func TestPostgresAutoMigrateLater(t *testing.T) {
+	srv := pgtest.New(t)
+	url := srv.NewDatabase(t)
+	srv.Stop()
+	failed := make(chan string, 100)
+	s, err := Open(Config{URL: url, AutoMigrate: true, Failed: func(task string, err error) {
+		select {
+		case failed <- task:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	select {
+	case task := <-failed:
+		if task != "migrate" {
+			t.Errorf("failed task %q, want migrate", task)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no failed migration reported within 30s while the database was down")
+	}
+	srv.Start(t)
+	ctx := context.Background()
+	storetest.Eventually(t, "the tables to be created once the database answers", func() bool { return s.Ping(ctx) == nil })
+	storetest.MustClaim(t, s, "k", storetest.Lease)
+}
+
+// TestPostgresNotify checks an event queued through another store on the
+// same tables (another replica) is heard at once through LISTEN/NOTIFY.
+func TestPostgresNotify(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	listener := openPostgres(t, nil, Config{URL: url})
+	other := openPostgres(t, nil, Config{URL: url})
+	ch := listener.Notify()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no signal within 10s: %s", what)
+		}
+	}
+	wait("listening") // the first signal says it listens
+	if won, _, err := other.Enqueue(context.Background(), "k", storetest.Request); err != nil || !won {
+		t.Fatalf("Enqueue = %v, %v", won, err)
+	}
+	wait("after an Enqueue on another store")
+}
+
+// TestPostgresOwner checks a key prefix another APP_NAME owns is refused,
+// and that another prefix in the same tables is not.
+func TestPostgresOwner(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	ctx := context.Background()
+	a := openPostgres(t, nil, Config{URL: url, AppName: "payments", KeyPrefix: "webhook-dedup:"})
+	if err := a.CheckOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storetest.MustClaim(t, a, "webhook-dedup:stripe:evt_1", storetest.Lease)
+	b := openPostgres(t, nil, Config{URL: url, AppName: "shipping", KeyPrefix: "webhook-dedup:"})
+	if err := b.CheckOwner(ctx); !errors.Is(err, dedup.ErrPrefixOwned) || !strings.Contains(err.Error(), "payments") {
+		t.Errorf("CheckOwner of a prefix another app owns = %v, want ErrPrefixOwned naming payments", err)
+	}
+	if _, _, err := b.Claim(ctx, "webhook-dedup:stripe:evt_2", storetest.Lease); !errors.Is(err, dedup.ErrPrefixOwned) {
+		t.Errorf("Claim under a prefix another app owns = %v, want ErrPrefixOwned", err)
+	}
+	if _, err := b.Lookup(ctx, "webhook-dedup:stripe:evt_1"); !errors.Is(err, dedup.ErrPrefixOwned) {
+		t.Errorf("Lookup under a prefix another app owns = %v, want ErrPrefixOwned", err)
+	}
+	if err := b.Ping(ctx); !errors.Is(err, dedup.ErrPrefixOwned) {
+		t.Errorf("Ping under a prefix another app owns = %v, want ErrPrefixOwned", err)
+	}
+	c := openPostgres(t, nil, Config{URL: url, AppName: "shipping", KeyPrefix: "webhook-dedup:shipping:"})
+	storetest.MustClaim(t, c, "webhook-dedup:shipping:stripe:evt_2", storetest.Lease)
+}

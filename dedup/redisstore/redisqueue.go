@@ -1,0 +1,637 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/storeop"
+	"go.uber.org/zap"
+)
+
+// The async queue on Redis.
+//
+// Key scheme. The claim of an async event and the enqueue of its request
+// are one Lua script, and a script on Redis Cluster may only touch keys of
+// one hash slot. So every key of the queue, and the record of every async
+// event, is named under one hash tag made of the key prefix, {KEY_PREFIX}
+// (default {webhook-dedup:}):
+//
+//	{p}K              the async event's record, a hash (K is its sync key,
+//	                  dedup.EventKey, prefix included)
+//	{p}#req:K         its request (encodeRequest), until it is delivered
+//	{p}#stream        the stream of events to deliver, read by the consumer
+//	                  group "webhook-dedup" that every replica shares
+//	{p}#retry         sorted set: events waiting for a retry, by when due
+//	{p}#open          sorted set: events accepted and not settled, by when
+//	                  accepted (queue depth and oldest age)
+//	{p}#dead          sorted set: dead letters, by when they expire
+//	{p}#cursor        where XAUTOCLAIM's walk of the pending list is
+//
+// ('#' never occurs in a namespace, so "#..." never names an event.)
+//
+// The trade-off: the whole async queue, and every async event's record, is
+// one slot, so on a cluster one master holds and serves all of it, while
+// sync records (K, unchanged) spread over every master. A cluster then
+// scales sync traffic, not async; the async queue's size is bounded by one
+// node's memory and its throughput by one node's CPU.
+//
+// Sync and async share K as the arbiter: Enqueue first marks K with a
+// one-byte marker (asyncMarker, no expiry while the event is open) and only
+// then claims {p}K, so a sync claim of the same event finds K taken, and an
+// Enqueue of an event a sync route claimed finds K held. The marker takes
+// the async record's lifetime when the event is settled. A marker left
+// without its record (a crash between the two steps) is seen as such and
+// cleared by the next claim.
+var (
+	//go:embed queue_enqueue.lua
+	queueEnqueueLua string
+	//go:embed queue_take.lua
+	queueTakeLua string
+	//go:embed queue_settle.lua
+	queueSettleLua string
+	//go:embed queue_requeue.lua
+	queueRequeueLua string
+	//go:embed queue_forget.lua
+	queueForgetLua string
+	//go:embed queue_undo.lua
+	queueUndoLua string
+	//go:embed queue_lookup.lua
+	queueLookupLua string
+	//go:embed queue_stats.lua
+	queueStatsLua string
+	//go:embed queue_dead.lua
+	queueDeadLua string
+	//go:embed queue_recover.lua
+	queueRecoverLua string
+	//go:embed queue_prune.lua
+	queuePruneLua string
+	//go:embed marker.lua
+	markerLua string
+	//go:embed marker_expire.lua
+	markerExpireLua string
+
+	queueEnqueueScript = redis.NewScript(queueEnqueueLua)
+	queueTakeScript    = redis.NewScript(queueTakeLua)
+	queueSettleScript  = redis.NewScript(queueSettleLua)
+	queueRequeueScript = redis.NewScript(queueRequeueLua)
+	queueForgetScript  = redis.NewScript(queueForgetLua)
+	queueUndoScript    = redis.NewScript(queueUndoLua)
+	queueLookupScript  = redis.NewScript(queueLookupLua)
+	queueStatsScript   = redis.NewScript(queueStatsLua)
+	queueDeadScript    = redis.NewScript(queueDeadLua)
+	queueRecoverScript = redis.NewScript(queueRecoverLua)
+	queuePruneScript   = redis.NewScript(queuePruneLua)
+	markerScript       = redis.NewScript(markerLua)
+	markerExpireScript = redis.NewScript(markerExpireLua)
+)
+
+// asyncMarker is what an async event's sync key holds: the async tag alone,
+// which no sync record starts with (release.lua's prefix check of it then
+// matches the marker only).
+const asyncMarker = string(rune(codec.TagAsync))
+
+// queueGroup is the consumer group every replica reads the stream with.
+const queueGroup = "webhook-dedup"
+
+// defaultQueueTag names the queue when the key prefix is empty ("{}" is
+// no hash tag).
+const defaultQueueTag = "{webhook-dedup}"
+
+// queueKeys are the names of one queue's keys.
+type queueKeys struct {
+	tag, stream, retry, open, dead, cursor string
+}
+
+func newQueueKeys(prefix string) queueKeys {
+	tag := defaultQueueTag
+	if prefix != "" {
+		tag = "{" + prefix + "}"
+	}
+	return queueKeys{
+		tag:    tag,
+		stream: tag + "#stream",
+		retry:  tag + "#retry",
+		open:   tag + "#open",
+		dead:   tag + "#dead",
+		cursor: tag + "#cursor",
+	}
+}
+
+func (q queueKeys) record(key string) string  { return q.tag + key }
+func (q queueKeys) request(key string) string { return q.tag + "#req:" + key }
+
+// settleKeys are the KEYS of queue_settle.lua, queue_requeue.lua,
+// queue_forget.lua and queue_undo.lua.
+func (q queueKeys) settleKeys(key string) []string {
+	return []string{q.record(key), q.request(key), q.stream, q.open, q.retry, q.dead}
+}
+
+// consumerName names this process in the consumer group: host, process ID
+// and a random suffix, so that no two processes (nor one restarted) share
+// a name, and the pending deliveries of a dead one are taken over by
+// XAUTOCLAIM rather than inherited by name. Consumers are never deleted:
+// XGROUP DELCONSUMER would drop their pending deliveries.
+func consumerName() string {
+	host, _ := os.Hostname()
+	tok := codec.NewToken()
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(tok[:4]))
+}
+
+var _ dedup.Queue = (*Store)(nil)
+
+// Enqueue claims key and queues req for delivery: two round trips (more
+// with WaitReplicas), the second one script that claims the event's async
+// record and adds it to the stream at once. If the key was free it returns
+// true; otherwise false and the record that holds it, and queues nothing.
+// With WaitReplicas, the enqueue counts only once that many replicas
+// acknowledged it (and, on Redis 7.2 and later with appendonly on, once
+// the master fsync'd it to its append-only file); if they do not, it is
+// taken back and reported as an error wrapping ErrNotReplicated. (The
+// marker on the sync key is not waited for: a failover that loses it
+// loses only a sync route's view of the event, not the event.)
+func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	if err := s.owner.Checked(ctx); err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	v, err := markerScript.Run(ctx, s.scripts, []string{key}, asyncMarker).Result()
+	if err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	if !won(v) {
+		rec, err := recordWithTTL(v)
+		if err != nil {
+			return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+		}
+		return false, rec, nil
+	}
+	tok := codec.NewToken()
+	qtok := hex.EncodeToString(tok[:])
+	payload := codec.EncodeRequest(req)
+	var answer any
+	err = s.onMaster(ctx, s.queue.stream, func(c redis.Scripter, replicate func() error) error {
+		var err error
+		answer, err = queueEnqueueScript.Run(ctx, c, []string{s.queue.record(key), s.queue.request(key), s.queue.stream, s.queue.open},
+			key, payload, qtok).Result()
+		if err != nil {
+			return err
+		}
+		if _, won := answer.(string); !won {
+			return nil
+		}
+		if err := s.replicateQueued(ctx, c, replicate); err != nil {
+			// Take it back: a 503 must leave nothing queued.
+			_ = queueUndoScript.Run(ctx, c, s.queue.settleKeys(key), queueGroup, key, qtok).Err()
+			_ = s.clearMarker(ctx, key)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	if _, won := answer.(string); won {
+		return true, dedup.Record{}, nil
+	}
+	rec, err := asyncFromReply(answer)
+	if err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+	}
+	if rec.TTL > 0 {
+		// The marker was missing (it is set now): it goes with the record.
+		s.expireMarker(ctx, key, rec.TTL)
+	}
+	return false, rec, nil
+}
+
+// replicateQueued waits for what WaitReplicas asks: on Redis 7.2 and later
+// with appendonly on, first for the master's fsync (WAITAOF 1 0), then for
+// the replicas (WAIT).
+func (s *Store) replicateQueued(ctx context.Context, c redis.Scripter, replicate func() error) error {
+	if s.waitReplicas == 0 {
+		return nil
+	}
+	if conn, ok := c.(*redis.Conn); ok && s.waitAOF(ctx) {
+		n, err := conn.Do(ctx, "WAITAOF", 1, 0, storeop.Millis(s.waitTimeout)).Slice()
+		if err != nil {
+			return err
+		}
+		if len(n) != 2 || n[0] != int64(1) {
+			return fmt.Errorf("%w: the master's append-only file was not fsync'd within %s", ErrNotReplicated, s.waitTimeout)
+		}
+	}
+	return replicate()
+}
+
+// waitAOF reports whether the master offers WAITAOF (Redis 7.2 and later)
+// with appendonly on, asking once.
+func (s *Store) waitAOF(ctx context.Context) bool {
+	s.aofOnce.Do(func() {
+		info, err := s.client.Do(ctx, "COMMAND", "INFO", "WAITAOF").Slice()
+		if err != nil || len(info) == 0 || info[0] == nil {
+			return
+		}
+		v, err := configGet(ctx, s.client, "appendonly")
+		s.aof = err == nil && v == "yes"
+	})
+	return s.aof
+}
+
+// Take hands out at most n due deliveries in one script: retries whose
+// time has come go back onto the stream, XAUTOCLAIM takes over entries
+// whose holder has not settled them for lease, and XREADGROUP reads new
+// ones. Every replica passes the same lease (LEASE_TTL): a delivery is
+// taken over once it has been held that long.
+func (s *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	if take, err := storeop.CheckTake(ctx, n, lease); !take {
+		return nil, err
+	}
+	if err := s.owner.Checked(ctx); err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	args := []any{queueGroup, s.consumer, n, storeop.Millis(lease), s.queue.tag}
+	for range n {
+		tok := codec.NewToken()
+		args = append(args, hex.EncodeToString(tok[:]))
+	}
+	keys := []string{s.queue.stream, s.queue.retry, s.queue.cursor}
+	v, err := queueTakeScript.Run(ctx, s.scripts, keys, args...).Slice()
+	if err != nil && strings.Contains(err.Error(), "NOGROUP") {
+		if err = s.recreateGroup(ctx); err == nil {
+			v, err = queueTakeScript.Run(ctx, s.scripts, keys, args...).Slice()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	s.groupSeen.Store(true)
+	s.maybePrune(ctx)
+	out := make([]dedup.Delivery, 0, len(v))
+	for _, item := range v {
+		f, ok := item.([]any)
+		if !ok || len(f) != 6 {
+			return nil, fmt.Errorf("dedup: take: %w: script answered %T", codec.ErrBadRecord, item)
+		}
+		key, _ := f[0].(string)
+		tok, _ := f[2].(string)
+		attempt, _ := f[3].(int64)
+		accepted, _ := strconv.ParseInt(str(f[4]), 10, 64)
+		payload, _ := f[5].(string)
+		d := dedup.Delivery{Claim: dedup.Claim{Key: key, Token: tok}, Attempt: int(attempt), AcceptedAt: time.UnixMilli(accepted)}
+		req, err := codec.DecodeRequest([]byte(payload))
+		if err != nil {
+			// Never deliverable: dead-letter it rather than hand it
+			// out again after every lease.
+			_ = s.Fail(ctx, d, 0, "the stored request cannot be read: "+err.Error(), storeop.UnreadableKeep)
+			continue
+		}
+		d.Request = req
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Consumers of processes gone are deleted from the group by a Take, at
+// most once per pruneEvery per process, once idle for consumerIdle with
+// nothing pending. A live consumer polls all the time, and one deleted
+// anyway is created again by its next read.
+const (
+	pruneEvery   = time.Hour
+	consumerIdle = 24 * time.Hour
+)
+
+// maybePrune deletes the group's dead consumers if it is time. It is best
+// effort: a failure only leaves them listed until the next time.
+func (s *Store) maybePrune(ctx context.Context) {
+	now := time.Now().UnixNano()
+	last := s.lastPrune.Load()
+	if now-last < int64(pruneEvery) || !s.lastPrune.CompareAndSwap(last, now) {
+		return
+	}
+	_, _ = s.pruneConsumers(ctx, consumerIdle)
+}
+
+// pruneConsumers deletes the consumers idle for idle with nothing pending,
+// and says how many.
+func (s *Store) pruneConsumers(ctx context.Context, idle time.Duration) (int64, error) {
+	return queuePruneScript.Run(ctx, s.scripts, []string{s.queue.stream}, queueGroup, idle.Milliseconds(), s.consumer).Int64()
+}
+
+// recreateGroup creates the consumer group (and the stream) when it is
+// missing: on a new Redis, or one that lost its data (restarted without
+// persistence, failed over to a replica that had not received the group,
+// or flushed). Events still listed as open are queued again; the log says
+// what happened.
+func (s *Store) recreateGroup(ctx context.Context) error {
+	err := s.client.Do(ctx, "XGROUP", "CREATE", s.queue.stream, queueGroup, "0", "MKSTREAM").Err()
+	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("create the consumer group: %w", err)
+	}
+	n, err := queueRecoverScript.Run(ctx, s.scripts, []string{s.queue.stream, s.queue.open, s.queue.retry}, s.queue.tag).Int64()
+	if err != nil {
+		return fmt.Errorf("queue the open events again: %w", err)
+	}
+	switch {
+	case s.groupSeen.Load() || n > 0:
+		s.log.Error("the async queue's consumer group was missing from Redis, which lost data this proxy had written "+
+			"(a restart without persistence, a failover to a replica that had not received it, or a flush); recreated it. "+
+			"Events accepted before and not yet delivered are lost unless their records survived; those that did are queued again",
+			zap.String("stream", s.queue.stream), zap.Int64("requeued", n))
+	default:
+		s.log.Info("created the async queue's consumer group (a new queue; had this Redis held one, it lost it)",
+			zap.String("stream", s.queue.stream))
+	}
+	return nil
+}
+
+// str is v as text: go-redis hands script strings as string and
+// numbers as int64.
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	default:
+		return ""
+	}
+}
+
+// settle runs queue_settle.lua for d with the outcome's arguments.
+func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, args ...any) error {
+	key := d.Claim.Key
+	if _, err := storeop.CheckOwned(ctx, op, key, d.Claim.Token); err != nil {
+		return err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	all := append([]any{queueGroup, key, d.Claim.Token, op}, args...)
+	n, err := queueSettleScript.Run(ctx, s.scripts, s.queue.settleKeys(key), all...).Int64()
+	if err != nil {
+		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("dedup: %s %s: %w", op, key, dedup.ErrNotOwner)
+	}
+	return nil
+}
+
+// expireMarker gives key's marker the lifetime of its async record. It is
+// best effort: a marker left behind is cleared by the next claim of key.
+func (s *Store) expireMarker(ctx context.Context, key string, ttl time.Duration) {
+	_ = markerExpireScript.Run(ctx, s.scripts, []string{key}, asyncMarker, storeop.Millis(ttl)).Err()
+}
+
+// Succeed completes d's event with res, kept for ttl, and drops its request.
+func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {
+	if err := storeop.CheckDuration("ttl", ttl); err != nil {
+		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
+	}
+	if err := codec.CheckResult(res); err != nil {
+		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
+	}
+	if err := s.settle(ctx, "succeed", d, codec.EncodeCompleted(res, time.Now().Unix()), storeop.Millis(ttl), res.Status); err != nil {
+		return err
+	}
+	s.expireMarker(ctx, d.Claim.Key, ttl)
+	return nil
+}
+
+// Retry gives d back to the queue, due again at next.
+func (s *Store) Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error {
+	if err := codec.CheckResult(dedup.Result{Status: status}); err != nil {
+		return fmt.Errorf("dedup: retry %s: %w", d.Claim.Key, err)
+	}
+	return s.settle(ctx, "retry", d, next.UnixMilli(), status, reason)
+}
+
+// Fail dead-letters d's event, kept with its request for keep.
+func (s *Store) Fail(ctx context.Context, d dedup.Delivery, status int, reason string, keep time.Duration) error {
+	if err := storeop.CheckDuration("keep", keep); err != nil {
+		return fmt.Errorf("dedup: fail %s: %w", d.Claim.Key, err)
+	}
+	if err := codec.CheckResult(dedup.Result{Status: status}); err != nil {
+		return fmt.Errorf("dedup: fail %s: %w", d.Claim.Key, err)
+	}
+	if err := s.settle(ctx, "fail", d, storeop.Millis(keep), status, reason); err != nil {
+		return err
+	}
+	s.expireMarker(ctx, d.Claim.Key, keep)
+	return nil
+}
+
+// Requeue puts a dead-lettered event back in the queue as a new first
+// attempt, accepted now (so RETRY_MAX_AGE counts afresh).
+func (s *Store) Requeue(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dedup: requeue %s: %w", key, err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	n, err := queueRequeueScript.Run(ctx, s.scripts, s.queue.settleKeys(key), key).Int64()
+	if err == nil && n == 0 {
+		// No async event: a sync record is not failed; nothing is unknown.
+		err = dedup.ErrNotFound
+		if _, lerr := s.Lookup(ctx, key); lerr == nil {
+			err = dedup.ErrNotFailed
+		}
+	}
+	if err == nil && n == -1 {
+		err = dedup.ErrNotFailed
+	}
+	if err != nil {
+		return fmt.Errorf("dedup: requeue %s: %w", key, err)
+	}
+	s.expireMarker(ctx, key, 0)
+	return nil
+}
+
+// DeadLetters lists up to limit failed events from cursor (empty: the
+// first page), in the order they expire, and the cursor of the next page.
+func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
+	}
+	if limit <= 0 {
+		return nil, "", fmt.Errorf("dedup: dead letters: limit %d is not positive", limit)
+	}
+	var score, after string
+	if cursor != "" {
+		raw, err := hex.DecodeString(cursor)
+		var ok bool
+		score, after, ok = strings.Cut(string(raw), ":")
+		if _, perr := strconv.ParseInt(score, 10, 64); err != nil || !ok || perr != nil {
+			return nil, "", fmt.Errorf("dedup: dead letters: bad cursor %q", cursor)
+		}
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	v, err := queueDeadScript.Run(ctx, s.scripts, []string{s.queue.dead}, s.queue.tag, limit, score, after).Slice()
+	if err != nil {
+		return nil, "", fmt.Errorf("dedup: dead letters: %w", err)
+	}
+	items, _ := v[0].([]any)
+	out := make([]dedup.DeadLetter, 0, len(items))
+	var last []any
+	for _, item := range items {
+		f, ok := item.([]any)
+		if !ok || len(f) != 6 {
+			return nil, "", fmt.Errorf("dedup: dead letters: %w: script answered %T", codec.ErrBadRecord, item)
+		}
+		attempts, _ := strconv.Atoi(str(f[2]))
+		status, _ := strconv.Atoi(str(f[3]))
+		failed, _ := strconv.ParseInt(str(f[5]), 10, 64)
+		out = append(out, dedup.DeadLetter{Key: str(f[0]), Attempts: attempts, LastStatus: status, LastError: str(f[4]), FailedAt: time.UnixMilli(failed)})
+		last = f
+	}
+	next := ""
+	if more, _ := v[1].(int64); more == 1 && last != nil {
+		next = hex.EncodeToString([]byte(str(last[1]) + ":" + str(last[0])))
+	}
+	return out, next, nil
+}
+
+// Stats reports the queue's depth, its oldest event's age and the number
+// of dead letters, in one script.
+func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
+	if err := ctx.Err(); err != nil {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	v, err := queueStatsScript.Run(ctx, s.scripts, []string{s.queue.stream, s.queue.open, s.queue.dead}, queueGroup).Slice()
+	if err != nil {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
+	}
+	if len(v) != 5 {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w: script answered %d values", codec.ErrBadRecord, len(v))
+	}
+	open, _ := v[0].(int64)
+	held, _ := v[2].(int64)
+	dead, _ := v[3].(int64)
+	now, _ := v[4].(int64)
+	st := dedup.QueueStats{Depth: int(max(0, open-held)), DeadLetters: int(dead)}
+	if oldest, err := strconv.ParseFloat(str(v[1]), 64); err == nil {
+		st.OldestAge = max(0, time.Duration(now-int64(oldest))*time.Millisecond)
+	}
+	return st, nil
+}
+
+// lookupAsync returns key's async record, or ErrNotFound.
+func (s *Store) lookupAsync(ctx context.Context, key string) (dedup.Record, error) {
+	v, err := queueLookupScript.Run(ctx, s.scripts, []string{s.queue.record(key)}).Result()
+	if errors.Is(err, redis.Nil) {
+		return dedup.Record{}, dedup.ErrNotFound
+	}
+	if err != nil {
+		return dedup.Record{}, err
+	}
+	return asyncFromReply(v)
+}
+
+// asyncFromReply decodes the {fields, pttl, now} of an async record that
+// queue_lookup.lua and queue_enqueue.lua return.
+func asyncFromReply(v any) (dedup.Record, error) {
+	r, ok := v.([]any)
+	if !ok || len(r) != 3 {
+		return dedup.Record{}, fmt.Errorf("%w: script answered %T", codec.ErrBadRecord, v)
+	}
+	flat, _ := r[0].([]any)
+	pttl, _ := r[1].(int64)
+	now, _ := r[2].(int64)
+	f := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		f[str(flat[i])] = str(flat[i+1])
+	}
+	num := func(name string) int64 {
+		n, _ := strconv.ParseInt(f[name], 10, 64)
+		return n
+	}
+	st, err := strconv.Atoi(f["s"])
+	if err != nil {
+		return dedup.Record{}, fmt.Errorf("%w: async record without a state", codec.ErrBadRecord)
+	}
+	a := codec.Async{
+		State:      dedup.State(st),
+		Accepted:   num("t"),
+		At:         num("n"),
+		LastStatus: int(num("ls")),
+		Attempts:   int(num("a")),
+		LastError:  f["le"],
+	}
+	switch a.State {
+	case dedup.Queued, dedup.Delivering, dedup.Failed:
+	case dedup.Completed:
+		rec, err := codec.DecodeRecord(f["r"])
+		if err != nil || rec.State != dedup.Completed {
+			return dedup.Record{}, fmt.Errorf("%w: completed async record without its result", codec.ErrBadRecord)
+		}
+		a.Result, a.Completed = rec.Result, rec.Since.Unix()
+	default:
+		return dedup.Record{}, fmt.Errorf("%w: async state %d", codec.ErrBadRecord, st)
+	}
+	rec := a.Record(now)
+	if pttl > 0 {
+		rec.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	return rec, nil
+}
+
+// heldBy resolves the record a claim or lookup found at key: the value
+// itself, or, for the marker of an async event, its async record. found is
+// false for a marker whose async record is gone.
+func (s *Store) heldBy(ctx context.Context, key string, v any) (rec dedup.Record, found bool, err error) {
+	if pair, ok := v.([]any); ok && len(pair) == 2 && pair[0] == asyncMarker {
+		rec, err := s.lookupAsync(ctx, key)
+		if errors.Is(err, dedup.ErrNotFound) {
+			return dedup.Record{}, false, nil
+		}
+		return rec, err == nil, err
+	}
+	rec, err = recordWithTTL(v)
+	return rec, err == nil, err
+}
+
+// clearMarker deletes key's marker, if it still holds one: its async record
+// is gone (a crash between the marker and the enqueue, or a lost write).
+func (s *Store) clearMarker(ctx context.Context, key string) error {
+	return releaseScript.Run(ctx, s.scripts, []string{key}, asyncMarker).Err()
+}
+
+// configGet reads one setting with CONFIG GET, whose answer is a map
+// (RESP3) or a flat list of names and values (RESP2).
+func configGet(ctx context.Context, c Client, name string) (string, error) {
+	v, err := c.Do(ctx, "CONFIG", "GET", name).Result()
+	if err != nil {
+		return "", err
+	}
+	switch m := v.(type) {
+	case map[any]any:
+		if val, ok := m[name]; ok {
+			return str(val), nil
+		}
+	case []any:
+		for i := 0; i+1 < len(m); i += 2 {
+			if str(m[i]) == name {
+				return str(m[i+1]), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("CONFIG GET %s: no such setting", name)
+}

@@ -1,0 +1,381 @@
+// Package serve is the composition root of the proxy: it wires the
+// configuration, the store, the proxy, the delivery workers and the admin
+// port together, serves until told to stop, and drains.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/webhook-dedup/webhook-dedup/admin"
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/delivery"
+	"github.com/webhook-dedup/webhook-dedup/internal/memlimit"
+	"github.com/webhook-dedup/webhook-dedup/internal/server"
+	"github.com/webhook-dedup/webhook-dedup/internal/stores"
+	"github.com/webhook-dedup/webhook-dedup/providers"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
+)
+
+// Build is what the binary says about itself, stamped at build time.
+type Build struct{ Version, Commit string }
+
+// Run runs the proxy and the admin port until ctx is cancelled (SIGTERM),
+// then drains as docs/operations.md's "Graceful shutdown" says. A problem
+// with the configuration is a *config.Error.
+func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build Build) error {
+	cfg, err := stores.Load(environ)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log, stopLog, err := newLogger(cfg, stderr)
+	if err != nil {
+		return &config.Error{Err: err}
+	}
+	defer func() { _ = stopLog() }()
+	for _, u := range config.UnknownVariables(environ) {
+		log.Warn("unknown variable, ignored: is it misspelt?", zap.String("variable", u.Name), zap.String("did_you_mean", u.Suggestion))
+	}
+
+	routes, err := buildRoutes(cfg, log)
+	if err != nil {
+		return &config.Error{Err: fmt.Errorf("configuration:\n%w", err)}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	backend, err := stores.Open(ctx, cfg, stores.Env{Log: log, Registerer: reg, Serving: true})
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	st := backend.Store
+
+	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
+	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
+	var handler *proxy.Handler
+	queue, workers := asyncDelivery(cfg, backend, reg, log, func(r *http.Request) (string, time.Duration, string) {
+		return handler.Settlement(r)
+	})
+	var enqueued func() // nil: proxy.New makes it a no-op
+	if workers != nil {
+		enqueued = workers.Nudge
+	}
+	handler, err = proxy.New(proxy.Config{
+		Upstream:        cfg.Upstream,
+		Routes:          routes,
+		Store:           st,
+		Queue:           queue,
+		AsyncStatus:     cfg.AsyncStatus,
+		Enqueued:        enqueued,
+		KeyPrefix:       cfg.KeyPrefix,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		LeaseTTL:        cfg.LeaseTTL,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxBuffered:     buffered,
+		OnStoreError:    cfg.OnStoreError,
+		OnMissingID:     cfg.OnMissingID,
+		BodyFingerprint: cfg.DedupBodyFingerprint,
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		InflightWait:    cfg.InflightWait,
+		InflightStatus:  cfg.InflightStatus,
+		ShadowMode:      cfg.ShadowMode,
+		Logger:          log,
+		Metrics:         proxy.NewMetrics(reg),
+	})
+	if err != nil {
+		return err
+	}
+	adminCfg := admin.Config{Store: st, Gatherer: reg, Token: cfg.AdminToken, KeyPrefix: cfg.KeyPrefix, Logger: log.Named("admin")}
+	if queue != nil {
+		adminCfg.DeadLetters = queue
+	}
+	if cfg.ReadyCheckUpstream {
+		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
+	}
+	adm := admin.New(adminCfg)
+
+	// Requests are tracked so that, when draining runs out of time, the
+	// handlers still running get to release their claims before exit.
+	var active sync.WaitGroup
+	tracked := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		active.Add(1)
+		defer active.Done()
+		handler.ServeHTTP(w, r)
+	})
+	publicLn, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("LISTEN_ADDR: %w", err)
+	}
+	if cfg.MaxConnections > 0 {
+		publicLn = netutil.LimitListener(publicLn, cfg.MaxConnections)
+	}
+	privateLn, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		publicLn.Close()
+		return fmt.Errorf("ADMIN_ADDR: %w", err)
+	}
+	log.Info("serving",
+		zap.String("listen", publicLn.Addr().String()), zap.String("admin", privateLn.Addr().String()),
+		zap.String("upstream", cfg.Upstream.Redacted()), zap.String("store", string(cfg.Store.Kind)),
+		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", build.Version))
+
+	srv := &servers{
+		public: server.Public(cfg, tracked, log), publicLn: publicLn,
+		admin: server.Admin(cfg, adm, log), adminLn: privateLn,
+		unready: adm.Drain, abandon: handler.Abandon, active: &active,
+		delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout, log: log,
+	}
+	srv.background = backend.Jobs
+	if workers != nil {
+		srv.deliver = workers.Run
+		if backend.Wake != nil {
+			// Events queued by other replicas wake these workers at once.
+			ch := backend.Wake()
+			srv.deliver = func(ctx context.Context) error {
+				go nudgeOn(ctx, ch, workers.Nudge)
+				return workers.Run(ctx)
+			}
+		}
+	}
+	if err := srv.run(ctx); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// servers are the public and admin servers of one process, and what
+// draining them needs.
+type servers struct {
+	public, admin     *http.Server
+	publicLn, adminLn net.Listener
+	// unready turns /readyz to 503.
+	unready func()
+	// abandon makes the requests still in progress give up and release
+	// their claims (proxy.Handler.Abandon); active counts those requests.
+	abandon func()
+	active  *sync.WaitGroup
+	// delay is SHUTDOWN_DELAY, timeout SHUTDOWN_TIMEOUT.
+	delay, timeout time.Duration
+	log            *zap.Logger
+	// background run beside the servers until they stop (the store's
+	// jobs: the Redis monitor).
+	background []func(context.Context)
+	// deliver, if not nil, runs the async routes' delivery workers until
+	// its context ends (delivery.Workers.Run): at SIGTERM they stop taking
+	// and finish their running attempts within SHUTDOWN_TIMEOUT, beside
+	// the drain; the store closes after both.
+	deliver func(context.Context) error
+}
+
+// run serves until ctx is cancelled (SIGTERM), then drains as
+// docs/operations.md's "Graceful shutdown" says. If a server fails first, both are drained at once
+// (without SHUTDOWN_DELAY) and its error is returned: the other must stop
+// too, or Wait would wait for it forever.
+func (s *servers) run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, job := range s.background {
+		g.Go(func() error { job(gctx); return nil })
+	}
+	if s.deliver != nil {
+		g.Go(func() error { return s.deliver(gctx) })
+	}
+	g.Go(func() error { return serveUntilClosed(s.public, s.publicLn) })
+	g.Go(func() error { return serveUntilClosed(s.admin, s.adminLn) })
+	g.Go(func() error {
+		<-gctx.Done()
+		delay := s.delay
+		if ctx.Err() == nil {
+			s.log.Error("a server failed: shutting down")
+			delay = 0
+		} else {
+			s.log.Info("shutting down", zap.Duration("delay", s.delay), zap.Duration("timeout", s.timeout))
+		}
+		s.drain(delay)
+		return nil
+	})
+	return g.Wait()
+}
+
+// drain stops both servers: readiness turns 503 at once, the public server
+// keeps serving for delay (while load balancers remove the endpoint), then
+// lets its requests finish for at most the shutdown timeout, after which
+// it abandons them (their claims are released) and closes.
+func (s *servers) drain(delay time.Duration) {
+	s.unready()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		<-t.C
+	}
+	drainCtx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.public.Shutdown(drainCtx); err != nil {
+		s.log.Warn("drain timed out: abandoning requests still in progress and releasing their claims", zap.Error(err))
+		s.abandon()
+		waitTimeout(s.active, 10*time.Second)
+		s.public.Close()
+	}
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
+	defer cancelClose()
+	_ = s.admin.Shutdown(closeCtx)
+}
+
+func serveUntilClosed(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// buildRoutes parses every route's source and warns about secrets that no
+// route can use.
+func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
+	var routes []proxy.Route
+	var errs []error
+	used := map[string]bool{}
+	for _, spec := range cfg.RouteSpecs {
+		src, err := providers.ParseSource(spec.Path, spec.Source, cfg.ProviderOptions())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ROUTES: %s=%s: %w", spec.Path, spec.Source, err))
+			continue
+		}
+		for _, name := range src.PresetNames() {
+			used[name] = true
+		}
+		routes = append(routes, proxy.Route{Path: spec.Path, Source: src, Delivery: spec.Delivery})
+	}
+	for _, p := range providers.Presets() {
+		if len(cfg.Secrets[p.Name]) > 0 && !used[p.Name] {
+			log.Warn("a secret is set for a preset that no route uses", zap.String("variable", p.SecretVar))
+		}
+	}
+	return routes, errors.Join(errs...)
+}
+
+// upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
+// request at its base URL. Any answer counts, a 404 too: the question is
+// whether the app is up, not whether it serves that path.
+func upstreamAnswers(app *url.URL) func(ctx context.Context) error {
+	client := &http.Client{
+		Transport: upstream.NewTransport(),
+		// A redirect is an answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, app.String(), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return resp.Body.Close()
+	}
+}
+
+// describeRoutes says, a line per route, what the start-up log shows of
+// it: its path and source, and which of its presets verify signatures.
+func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		var verified []string
+		for _, name := range r.Source.PresetNames() {
+			if len(cfg.Secrets[name]) > 0 {
+				verified = append(verified, name)
+			}
+		}
+		line := r.Path + "=" + cfg.RouteSpecs[i].Source
+		if len(verified) > 0 {
+			line += " (signatures verified: " + strings.Join(verified, ", ") + ")"
+		} else {
+			line += " (signatures not verified)"
+		}
+		out[i] = line
+	}
+	return out
+}
+
+// asyncDelivery sets up the background delivery of async routes: the
+// store's queue, the workers and their metrics. Without async routes it
+// returns nils.
+func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger,
+	settlement func(*http.Request) (string, time.Duration, string)) (dedup.Queue, *delivery.Workers) {
+	// stores.Check lets async routes through only on a store that keeps a
+	// queue.
+	if !cfg.AsyncRoutes() || backend.Queue == nil {
+		return nil, nil
+	}
+	queue := backend.Queue
+	dlog := log.Named("delivery")
+	workers := delivery.New(delivery.Config{
+		Queue:           queue,
+		Upstream:        cfg.Upstream,
+		Transport:       upstream.NewTransport(),
+		Settlement:      settlement,
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		BodyFingerprint: cfg.DedupBodyFingerprint,
+		Bodies:          backend.Store,
+		KeyPrefix:       cfg.KeyPrefix,
+		DefaultTTL:      cfg.DedupTTL,
+		Concurrency:     cfg.DeliveryConcurrency,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		Lease:           cfg.LeaseTTL,
+		InitialInterval: cfg.RetryInitialInterval,
+		MaxInterval:     cfg.RetryMaxInterval,
+		MaxAttempts:     cfg.RetryMaxAttempts,
+		MaxAge:          cfg.RetryMaxAge,
+		DeadLetterTTL:   cfg.DeadLetterTTL,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          dlog,
+		Metrics:         delivery.NewMetrics(reg, queue, dlog),
+	})
+	log.Info("async delivery", zap.Strings("routes", cfg.AsyncPaths()), zap.Int("concurrency", cfg.DeliveryConcurrency),
+		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
+	return queue, workers
+}
+
+// nudgeOn calls nudge for each signal on ch until ctx ends: the delivery
+// workers look for an event another replica queued now, rather than at
+// their next poll.
+func nudgeOn(ctx context.Context, ch <-chan struct{}, nudge func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			nudge()
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package stores
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+)
+
+func load(t *testing.T, env map[string]string) (*config.Config, error) {
+	t.Helper()
+	base := map[string]string{"UPSTREAM_URL": "http://127.0.0.1:3000"}
+	for k, v := range env {
+		base[k] = v
+	}
+	return Load(base)
+}
+
+// TestCheckAsyncStore: async delivery is refused, naming DELIVERY, the
+// routes and the stores that could, on each store whose package does not
+// declare a queue, and accepted on each that does.
+func TestCheckAsyncStore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string // empty: accepted
+	}{
+		{"Redis", map[string]string{"REDIS_URL": "redis://r:6379", "DELIVERY": "async"}, ""},
+		{"disk", map[string]string{"DATA_DIR": t.TempDir(), "DELIVERY": "async"}, ""},
+		{"PostgreSQL", map[string]string{"DATABASE_URL": "postgres://h/db", "DELIVERY": "async"}, ""},
+		{"DynamoDB", map[string]string{"DYNAMODB_TABLE": "t-1", "DELIVERY": "async"},
+			"DELIVERY: async delivery needs a store that keeps its queue: REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS), DATA_DIR or DATABASE_URL; DYNAMODB_TABLE supports sync delivery only (async routes: /)"},
+		{"memory", map[string]string{"DELIVERY": "async"}, "the embedded in-memory store (no store configured) supports sync delivery only"},
+		{"one route on DynamoDB", map[string]string{"DYNAMODB_TABLE": "t-1", "ROUTES": "/a=stripe;async,/b=github"}, "DYNAMODB_TABLE supports sync delivery only (async routes: /a)"},
+		{"sync on DynamoDB", map[string]string{"DYNAMODB_TABLE": "t-1"}, ""},
+		{"every route sync under DELIVERY=async, in memory", map[string]string{"DELIVERY": "async", "ROUTES": "/a=github;sync"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.env)
+			var cerr *config.Error
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Load = %v, want no error", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Load = %v, want an error containing %q", err, tc.want)
+			case tc.want != "" && !errors.As(err, &cerr):
+				t.Errorf("Load = %T, want a *config.Error (exit status 2)", err)
+			}
+		})
+	}
+}
+
+// TestOpenDeclares: each store opens as a Backend that declares its
+// package's features, and the cache in front (CACHE_SIZE) keeps the queue
+// and the wake-ups of the store behind it. Nothing is reached: the stores
+// connect lazily.
+func TestOpenDeclares(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"memory", nil},
+		{"disk", map[string]string{"DATA_DIR": t.TempDir()}},
+		{"Redis", map[string]string{"REDIS_URL": "redis://" + redistest.FreeAddr(t)}},
+		{"PostgreSQL", map[string]string{"DATABASE_URL": "postgres://" + redistest.FreeAddr(t) + "/x", "DATABASE_AUTO_MIGRATE": "false"}},
+	} {
+		for _, cache := range []string{"0", "10"} {
+			t.Run(tc.name+"/CACHE_SIZE="+cache, func(t *testing.T) {
+				env := map[string]string{"CACHE_SIZE": cache}
+				for k, v := range tc.env {
+					env[k] = v
+				}
+				cfg, err := load(t, env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := Open(context.Background(), cfg, Env{Log: zap.NewNop(), Registerer: prometheus.NewRegistry()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = b.Close() })
+				if want := Features(cfg.Store.Kind); b.Features != want {
+					t.Errorf("Backend.Features = %+v, want %+v, as the package declares", b.Features, want)
+				}
+				if (b.Queue != nil) != b.Features.Queue || (b.Wake != nil) != b.Features.Wake {
+					t.Errorf("Backend has a queue: %v, a wake-up: %v; its features say %+v", b.Queue != nil, b.Wake != nil, b.Features)
+				}
+			})
+		}
+	}
+}
