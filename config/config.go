@@ -240,6 +240,16 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 		bad("UPSTREAM_URL", "%q is not an http:// or https:// URL with a host", c.UpstreamURL)
 	} else {
 		c.Upstream = u
+		if needUpstream {
+			for _, own := range []struct{ name, addr, why string }{
+				{"LISTEN_ADDR", c.ListenAddr, "every webhook would be forwarded back to the proxy, again and again"},
+				{"ADMIN_ADDR", c.AdminAddr, "webhooks would be forwarded to its admin port"},
+			} {
+				if reachesListener(u, own.addr) {
+					bad("UPSTREAM_URL", "%s is this proxy's own %s (%s): %s; point UPSTREAM_URL at the app, on a port of its own (e.g. http://127.0.0.1:3000)", u.Redacted(), own.name, own.addr, own.why)
+				}
+			}
+		}
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
@@ -360,6 +370,9 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 		}
 		path, source, ok := strings.Cut(entry, "=")
 		path, source = strings.TrimSpace(path), strings.TrimSpace(source)
+		if err := separatorError(entry, source); err != nil {
+			return nil, err
+		}
 		spec := RouteSpec{}
 		if src, mode, found := strings.Cut(source, ";"); found {
 			mode = strings.TrimSpace(mode)
