@@ -161,15 +161,65 @@ func load(environ map[string]string, needUpstream bool) (*Config, error) {
 	unparsed := map[string]bool{}
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
 		for _, e := range namedParseErrors(err) {
-			errs = append(errs, e.err)
+			errs = append(errs, &problem{variable: e.variable, err: e.err})
 			unparsed[e.variable] = true
 		}
 	}
 	errs = append(errs, cfg.complete(environ, needUpstream, unparsed)...)
 	if len(errs) > 0 {
-		return nil, &Error{Err: errors.Join(errs...)}
+		// A failed start never gets to log the warnings, so the misspelt
+		// variables that may be the cause go with the errors.
+		return nil, &Error{Err: errors.Join(withHints(errs, UnknownVariables(environ))...)}
 	}
 	return &cfg, nil
+}
+
+// problem is one configuration error: what is wrong with variable, and
+// hints, the misspelt variables that may be meant for it.
+type problem struct {
+	// variable is the environment variable the problem is about; empty
+	// for an error that names none.
+	variable string
+	err      error
+	hints    []string
+}
+
+func (p *problem) Error() string {
+	msg := p.err.Error()
+	if p.variable != "" {
+		msg = p.variable + ": " + msg
+	}
+	for _, h := range p.hints {
+		msg += "; " + h
+	}
+	return msg
+}
+
+func (p *problem) Unwrap() error { return p.err }
+
+// withHints adds to errs a hint for each unknown variable that resembles a
+// known one: on that variable's own problem when it has one ("UPSTREAM_URL:
+// required …; UPSTREAM_ULR is set: did you mean UPSTREAM_URL?"), else as a
+// problem of its own.
+func withHints(errs []error, unknown []Unknown) []error {
+	for _, u := range unknown {
+		if u.Suggestion == "" {
+			continue
+		}
+		hint := fmt.Sprintf("%s is set: did you mean %s?", u.Name, u.Suggestion)
+		found := false
+		for _, err := range errs {
+			if p, ok := err.(*problem); ok && p.variable == u.Suggestion {
+				p.hints = append(p.hints, hint)
+				found = true
+				break
+			}
+		}
+		if !found {
+			errs = append(errs, &problem{variable: u.Name, err: fmt.Errorf("not a variable of webhook-dedup, ignored: did you mean %s?", u.Suggestion)})
+		}
+	}
+	return errs
 }
 
 // complete validates the parsed fields and fills in the derived ones. A
@@ -179,7 +229,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	var errs []error
 	bad := func(name, format string, args ...any) {
 		if !unparsed[name] {
-			errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+			errs = append(errs, &problem{variable: name, err: fmt.Errorf(format, args...)})
 		}
 	}
 
@@ -191,6 +241,16 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 		bad("UPSTREAM_URL", "%q is not an http:// or https:// URL with a host", c.UpstreamURL)
 	} else {
 		c.Upstream = u
+		if needUpstream {
+			for _, own := range []struct{ name, addr, why string }{
+				{"LISTEN_ADDR", c.ListenAddr, "every webhook would be forwarded back to the proxy, again and again"},
+				{"ADMIN_ADDR", c.AdminAddr, "webhooks would be forwarded to its admin port"},
+			} {
+				if reachesListener(u, own.addr) {
+					bad("UPSTREAM_URL", "%s is this proxy's own %s (%s): %s; point UPSTREAM_URL at the app, on a port of its own (e.g. http://127.0.0.1:3000)", u.Redacted(), own.name, own.addr, own.why)
+				}
+			}
+		}
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
@@ -272,6 +332,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 		if p.SecretVar != "" {
 			if secrets := splitList(environ[p.SecretVar]); len(secrets) > 0 {
 				c.Secrets[p.Name] = secrets
+				for _, msg := range secretFormat(p.SecretVar, secrets).errors {
+					bad(p.SecretVar, "%s", msg)
+				}
 			}
 		}
 		if p.URLVar != "" {
@@ -308,6 +371,9 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 		}
 		path, source, ok := strings.Cut(entry, "=")
 		path, source = strings.TrimSpace(path), strings.TrimSpace(source)
+		if err := separatorError(entry, source); err != nil {
+			return nil, err
+		}
 		spec := RouteSpec{}
 		if src, mode, found := strings.Cut(source, ";"); found {
 			mode = strings.TrimSpace(mode)
@@ -401,7 +467,8 @@ func splitList(s string) []string {
 	return out
 }
 
-// parseError is a value caarlos0/env could not parse, and its variable.
+// parseError is a value caarlos0/env could not parse, and its variable
+// (empty when caarlos0/env named none).
 type parseError struct {
 	variable string
 	err      error
@@ -420,8 +487,7 @@ func namedParseErrors(err error) []parseError {
 		var pe env.ParseError
 		if errors.As(e, &pe) {
 			if f, ok := t.FieldByName(pe.Name); ok {
-				name := f.Tag.Get("env")
-				out = append(out, parseError{name, fmt.Errorf("%s: %w", name, pe.Err)})
+				out = append(out, parseError{f.Tag.Get("env"), pe.Err})
 				continue
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/webhook-dedup/webhook-dedup/providers"
 )
 
 // Unknown is an environment variable that looks meant for webhook-dedup
@@ -48,12 +50,72 @@ func UnknownVariables(environ map[string]string) []Unknown {
 		if distance > 2 {
 			suggestion = ""
 		}
+		if suggestion == "" {
+			// The variable an app calls by another name is meant for
+			// the proxy only if the proxy's own is not set: an app's
+			// STRIPE_SIGNING_SECRET beside STRIPE_WEBHOOK_SECRET is the
+			// app's business.
+			if s := synonym(name); s != "" && environ[s] == "" {
+				suggestion = s
+			}
+		}
 		if ours || suggestion != "" {
 			out = append(out, Unknown{Name: name, Suggestion: suggestion})
 		}
 	}
 	slices.SortFunc(out, func(a, b Unknown) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// secretWords are the ends of the names apps and providers' docs give a
+// signing secret (Slack's and Stripe's "signing secret", Stripe's
+// "endpoint secret", Zoom's "secret token", …), longest first. Each is a
+// whole word or more away from _WEBHOOK_SECRET, too far for the edit
+// distance to suggest it.
+var secretWords = []string{
+	"_WEBHOOK_SIGNING_SECRET", "_WEBHOOK_SECRET_TOKEN", "_WEBHOOK_SIGNING_KEY",
+	"_SIGNING_SECRET", "_ENDPOINT_SECRET", "_WEBHOOKS_SECRET", "_WEBHOOK_SECRET",
+	"_WEBHOOK_TOKEN", "_SIGNING_KEY", "_HOOK_SECRET", "_WEBHOOK_KEY", "_WH_SECRET",
+}
+
+// urlWords are the same for the public URL a preset signs (Square calls it
+// the notification URL).
+var urlWords = []string{"_NOTIFICATION_URL", "_WEBHOOKS_URL", "_ENDPOINT_URL", "_CALLBACK_URL"}
+
+// senderAliases are senders whose webhooks a preset of another name
+// verifies: Svix is Standard Webhooks' reference sender, and Clerk and
+// Resend send through Svix.
+var senderAliases = map[string]string{
+	"SVIX": "standardwebhooks", "CLERK": "standardwebhooks", "RESEND": "standardwebhooks",
+	"STANDARDWEBHOOKS": "standardwebhooks", "STANDARD_WEBHOOKS": "standardwebhooks",
+}
+
+// synonym returns the preset variable that name means under another
+// name (STRIPE_SIGNING_SECRET: STRIPE_WEBHOOK_SECRET; SVIX_WEBHOOK_SECRET:
+// STANDARD_WEBHOOKS_SECRET), or "".
+func synonym(name string) string {
+	for _, kind := range []struct {
+		words []string
+		get   func(providers.Preset) string
+	}{
+		{secretWords, func(p providers.Preset) string { return p.SecretVar }},
+		{urlWords, func(p providers.Preset) string { return p.URLVar }},
+	} {
+		for _, w := range kind.words {
+			sender, ok := strings.CutSuffix(name, w)
+			if !ok || sender == "" {
+				continue
+			}
+			for _, p := range providers.Presets() {
+				if v := kind.get(p); v != "" && v != name &&
+					(strings.ToUpper(p.Name) == sender || senderAliases[sender] == p.Name) {
+					return v
+				}
+			}
+			break
+		}
+	}
+	return ""
 }
 
 // closest returns the name nearest to s by edit distance, and the distance.

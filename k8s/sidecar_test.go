@@ -58,6 +58,7 @@ func TestSidecarInvariants(t *testing.T) {
 				checkImages(t, p.name, p.spec)
 				checkDisruptionBudget(t, m, p.name, p.labels, d.Spec.Replicas)
 				checkDelivery(t, m, d, p)
+				checkOneStore(t, p)
 				checkDynamoDB(t, m, p)
 				checkPostgres(t, m, p)
 				pods = append(pods, p)
