@@ -50,8 +50,12 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		return &config.Error{Err: err}
 	}
 	defer func() { _ = stopLog() }()
-	for _, u := range config.UnknownVariables(environ) {
-		log.Warn("unknown variable, ignored: is it misspelt?", zap.String("variable", u.Name), zap.String("did_you_mean", u.Suggestion))
+	for _, w := range config.Warnings(environ) {
+		fields := []zap.Field{zap.String("variable", w.Variable)}
+		if w.Suggestion != "" {
+			fields = append(fields, zap.String("did_you_mean", w.Suggestion))
+		}
+		log.Warn(w.Message, fields...)
 	}
 
 	routes, err := buildRoutes(cfg, log)
