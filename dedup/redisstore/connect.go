@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -192,7 +193,10 @@ func newClient(cfg Config) (Client, error) {
 	timeout := orDefault(cfg.Timeout, defaultTimeout)
 	if len(cfg.ClusterAddrs) > 0 {
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:    cfg.ClusterAddrs,
+			// A copy: go-redis appends the nodes it discovers to Addrs,
+			// which would write into the caller's array (and race with
+			// any other client made from it).
+			Addrs:    slices.Clone(cfg.ClusterAddrs),
 			Username: cfg.Username, Password: cfg.Password, TLSConfig: tlsConfig,
 			DialTimeout: orDefault(cfg.DialTimeout, defaultDialTimeout),
 			ReadTimeout: timeout, WriteTimeout: timeout,
@@ -208,7 +212,7 @@ func newClient(cfg Config) (Client, error) {
 	}
 	return redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:       cfg.SentinelMaster,
-		SentinelAddrs:    cfg.SentinelAddrs,
+		SentinelAddrs:    slices.Clone(cfg.SentinelAddrs),
 		SentinelUsername: cfg.SentinelUsername, SentinelPassword: cfg.SentinelPassword,
 		Username: cfg.Username, Password: cfg.Password, TLSConfig: tlsConfig,
 		DialTimeout: orDefault(cfg.DialTimeout, defaultDialTimeout),

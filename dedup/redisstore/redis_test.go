@@ -396,13 +396,16 @@ func (s prefixed) DeadLetters(ctx context.Context, cursor string, limit int) ([]
 	return dls, next, err
 }
 
+// prefixes numbers the key prefixes of redisBackends' stores, so that no
+// two share one, whichever test and server they run on.
+var prefixes atomic.Int64
+
 // redisBackends opens, for each test of the conformance suite, a store
 // with cfg on its own key prefix (and so its own queue).
 func redisBackends(cfg Config) storetest.Open {
-	var n atomic.Int64
 	return func(t *testing.T) (dedup.Backend, func() dedup.Backend) {
 		cfg := cfg
-		cfg.KeyPrefix = fmt.Sprintf("q%d:", n.Add(1))
+		cfg.KeyPrefix = fmt.Sprintf("q%d:", prefixes.Add(1))
 		open := func() dedup.Backend {
 			s, err := Open(cfg)
 			if err != nil {
