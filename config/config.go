@@ -21,6 +21,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // Config is the whole configuration. Every field is one environment
@@ -265,7 +266,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	c.completeDynamoDB(bad)
 	c.completePostgres(bad)
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = c.UpstreamTimeout + 15*time.Second
+		c.LeaseTTL = upstream.DefaultLease(c.UpstreamTimeout)
 	}
 	positive := []struct {
 		name string

@@ -28,6 +28,15 @@ type Request struct {
 	TLS        bool
 	// Body is the whole body.
 	Body []byte
+
+	// Route, Namespace and TTL are how the event is settled, as the proxy
+	// decided when it accepted it: the route it came in on (the route
+	// label of the delivery metrics), the namespace of its event ID (where
+	// DEDUP_BODY_FINGERPRINT records its body), and how long its completed
+	// record is kept. Empty or zero for a request queued by a version that
+	// did not keep them: no route label, no body record, the default TTL.
+	Route, Namespace string
+	TTL              time.Duration
 }
 
 // Delivery is one queued event as a worker holds it, from Take until it is

@@ -142,13 +142,13 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	start := w.cfg.Now()
 	fields := []zap.Field{zap.String("event", d.Claim.Key), zap.Int("attempt", d.Attempt)}
-	route, ttl, namespace := "", time.Duration(0), ""
+	// How the event is settled, as the proxy decided when it accepted it.
+	route, ttl, namespace := d.Request.Route, d.Request.TTL, d.Request.Namespace
 	var o *outcome
 	req, err := inbound(d.Request, d.Attempt)
 	if err != nil {
 		o = &outcome{err: err}
 	} else {
-		route, ttl, namespace = w.cfg.Settlement(req)
 		actx, cancel := context.WithTimeout(ctx, w.cfg.UpstreamTimeout)
 		o = w.forward.send(actx, req)
 		cancel()

@@ -86,10 +86,11 @@ func TestCompletionBodyFingerprint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newReplyingApp(t, "ok")
 			q := newQueue(t)
-			q.enqueue(t, "p:github:d-1", webhookRequest(body))
+			req := webhookRequest(body)
+			req.Route, req.Namespace, req.TTL = "/hooks", tc.namespace, time.Hour
+			q.enqueue(t, "p:github:d-1", req)
 			stop := run(t, Config{Queue: q, Bodies: q, Upstream: mustURL(t, a.URL), BodyFingerprint: tc.fingerprint, KeyPrefix: "p:",
-				ReplayResponse: true, ReplayMaxBytes: 1024,
-				Settlement: func(*http.Request) (string, time.Duration, string) { return "/hooks", time.Hour, tc.namespace }})
+				ReplayResponse: true, ReplayMaxBytes: 1024})
 			await(t, "completion", func() bool { return q.record(t, "p:github:d-1").State == dedup.Completed })
 			stop() // the attempt has ended: its body is recorded, if ever
 

@@ -36,14 +36,6 @@ type Config struct {
 	// Transport reaches the upstream. If nil, upstream.NewTransport(), as
 	// a sync route's.
 	Transport http.RoundTripper
-	// Settlement names the route a queued request arrived on (the route
-	// label of the metrics), how long its completed record is kept and
-	// the namespace of its event (the key of its body's record with
-	// BodyFingerprint), as the proxy decided them (proxy.Handler.Settlement).
-	// If nil, or when it answers a zero TTL, DefaultTTL is used; an empty
-	// route leaves the route label empty, an empty namespace records no
-	// body.
-	Settlement func(*http.Request) (route string, ttl time.Duration, namespace string)
 	// ReplayResponse keeps the app's response body and Content-Type in the
 	// completed record, as a sync route does, for duplicates to be
 	// answered with (REPLAY_RESPONSE).
@@ -74,7 +66,7 @@ type Config struct {
 	UpstreamTimeout time.Duration
 	// Lease is how long a taken delivery is ours before another worker
 	// may take it over; it must exceed UpstreamTimeout. If zero,
-	// UpstreamTimeout + 15s.
+	// upstream.DefaultLease(UpstreamTimeout).
 	Lease time.Duration
 	// InitialInterval and MaxInterval bound the backoff: the n-th retry
 	// waits a random time up to InitialInterval·2ⁿ⁻¹, at most
@@ -127,10 +119,10 @@ func New(cfg Config) *Workers {
 		cfg.Concurrency = 16
 	}
 	if cfg.UpstreamTimeout == 0 {
-		cfg.UpstreamTimeout = 30 * time.Second
+		cfg.UpstreamTimeout = upstream.DefaultTimeout
 	}
 	if cfg.Lease == 0 {
-		cfg.Lease = cfg.UpstreamTimeout + 15*time.Second
+		cfg.Lease = upstream.DefaultLease(cfg.UpstreamTimeout)
 	}
 	if cfg.InitialInterval == 0 {
 		cfg.InitialInterval = time.Second
@@ -158,9 +150,6 @@ func New(cfg Config) *Workers {
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = upstream.NewTransport()
-	}
-	if cfg.Settlement == nil {
-		cfg.Settlement = func(*http.Request) (string, time.Duration, string) { return "", 0, "" }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

@@ -156,13 +156,10 @@ func TestForwardedAsReceived(t *testing.T) {
 	a := newApp(t, nil)
 	q := newQueue(t)
 	body := `{"id":"evt_1","n":1}`
-	q.enqueue(t, "k1", webhookRequest(body))
-	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Settlement: func(r *http.Request) (string, time.Duration, string) {
-		if r.URL.Path != "/hooks/gh" {
-			t.Errorf("settlement asked about %q", r.URL.Path)
-		}
-		return "/hooks", 96 * time.Hour, "github"
-	}})
+	req := webhookRequest(body)
+	req.Route, req.Namespace, req.TTL = "/hooks", "github", 96*time.Hour
+	q.enqueue(t, "k1", req)
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL)})
 	await(t, "completion", func() bool { return q.record(t, "k1").State == dedup.Completed })
 
 	reqs := a.requests()

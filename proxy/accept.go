@@ -24,6 +24,12 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		RemoteAddr: r.RemoteAddr,
 		TLS:        r.TLS != nil,
 		Body:       wh.body, // never nil: read whole, even when empty
+		// How the event is settled, decided now, as a sync route would
+		// (its lease's TTL and body key): the worker delivers it later,
+		// perhaps after ROUTES changed.
+		Route:     wh.route.Path,
+		Namespace: wh.ext.Namespace,
+		TTL:       wh.ext.TTL,
 	}
 	// The store call runs on the Handler's own context, as a claim does
 	// (the store bounds each call): a sender's hang-up never cuts it off
@@ -47,22 +53,4 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		return h.inFlight(w, wh, rec)
 	}
 	return h.answer(w, wh.id, http.StatusOK, outcomeDuplicate, "", nil)
-}
-
-// Settlement is how a queued request's delivery is settled, as the proxy
-// decided it when the request arrived: the route it came in on (the route
-// label of the delivery metrics), how long its completed record is kept
-// (the preset's retention, or DEDUP_TTL) and the namespace of its event
-// (the key of its body's record, DEDUP_BODY_FINGERPRINT). When no route
-// matches any more (ROUTES changed since), all three are empty; when the
-// route no longer recognises the request, only the route is known.
-func (h *Handler) Settlement(r *http.Request) (route string, ttl time.Duration, namespace string) {
-	rt := h.routes.match(r.URL.Path)
-	if rt == nil {
-		return "", 0, ""
-	}
-	if ext := rt.Source.Resolve(r.Header); ext != nil {
-		return rt.Path, ext.TTL, ext.Namespace
-	}
-	return rt.Path, 0, ""
 }

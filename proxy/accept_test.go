@@ -172,26 +172,37 @@ func TestAsyncBodyLimit(t *testing.T) {
 	}
 }
 
-// TestSettlement: the delivery workers learn a queued request's route,
-// TTL and namespace as the proxy decided them: a preset's name, or a
-// generic route's path.
-func TestSettlement(t *testing.T) {
+// TestAcceptKeepsSettlement: a queued request carries how its event is
+// settled, as the proxy decided when it accepted it: the route, the TTL a
+// sync route would have given its record, and its namespace (a preset's
+// name, or a generic route's path).
+func TestAcceptKeepsSettlement(t *testing.T) {
 	q := newQueueStore(t)
 	f := newFixture(t, "/hooks=github;async,/other=header:X-Id;async", proxy.Config{Store: q, Queue: q})
-	r, _ := http.NewRequest("POST", "/hooks/x", nil)
-	r.Header.Set("X-GitHub-Delivery", "d1")
-	r.Header.Set("X-GitHub-Event", "push")
-	if route, ttl, ns := f.h.Settlement(r); route != "/hooks" || ttl != 4*24*time.Hour || ns != "github" {
-		t.Errorf("Settlement(/hooks/x) = %q, %s, %q; want /hooks, 96h, github", route, ttl, ns)
+	f.post(t, "/hooks/x", map[string]string{"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push"}, "{}")
+	f.post(t, "/other/y", map[string]string{"X-Id": "e1"}, "{}")
+	ds, err := q.Take(context.Background(), 10, time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r, _ = http.NewRequest("POST", "/other/y", nil)
-	r.Header.Set("X-Id", "e1")
-	if route, _, ns := f.h.Settlement(r); route != "/other" || ns != "/other" {
-		t.Errorf("Settlement(/other/y) = %q, %q; want /other, namespace /other", route, ns)
+	queued := map[string]dedup.Request{}
+	for _, d := range ds {
+		queued[d.Claim.Key] = d.Request
 	}
-	r, _ = http.NewRequest("POST", "/nowhere", nil)
-	if route, ttl, ns := f.h.Settlement(r); route != "" || ttl != 0 || ns != "" {
-		t.Errorf("Settlement(/nowhere) = %q, %s, %q; want none", route, ttl, ns)
+	for _, tc := range []struct {
+		key, route, namespace string
+		ttl                   time.Duration
+	}{
+		{"test:github:d1", "/hooks", "github", 4 * 24 * time.Hour},
+		{"test:/other:e1", "/other", "/other", 72 * time.Hour},
+	} {
+		req, ok := queued[tc.key]
+		if !ok {
+			t.Fatalf("%s was not queued", tc.key)
+		}
+		if req.Route != tc.route || req.Namespace != tc.namespace || req.TTL != tc.ttl {
+			t.Errorf("%s queued with route %q, namespace %q, TTL %s; want %q, %q, %s", tc.key, req.Route, req.Namespace, req.TTL, tc.route, tc.namespace, tc.ttl)
+		}
 	}
 }
 
@@ -211,7 +222,7 @@ func TestAsyncDeliveredDuplicates(t *testing.T) {
 	tr := upstreamhttp.NewTransport()
 	t.Cleanup(tr.CloseIdleConnections)
 	u, _ := url.Parse(f.up.URL)
-	w := delivery.New(delivery.Config{Queue: q, Upstream: u, Transport: tr, Settlement: f.h.Settlement,
+	w := delivery.New(delivery.Config{Queue: q, Upstream: u, Transport: tr,
 		ReplayResponse: true, ReplayMaxBytes: 1024, BodyFingerprint: true, Bodies: q, KeyPrefix: "test:",
 		PollInterval: 5 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())

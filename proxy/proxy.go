@@ -57,7 +57,8 @@ type Config struct {
 	KeyPrefix string
 	// UpstreamTimeout bounds each forwarded request. If zero, 30s.
 	UpstreamTimeout time.Duration
-	// LeaseTTL is the lifetime of a claim. If zero, UpstreamTimeout + 15s.
+	// LeaseTTL is the lifetime of a claim. If zero,
+	// upstream.DefaultLease(UpstreamTimeout).
 	LeaseTTL time.Duration
 	// MaxBodyBytes bounds a body the proxy must hold. If zero, 10 MiB.
 	MaxBodyBytes int64
@@ -148,10 +149,10 @@ func New(cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	if cfg.UpstreamTimeout == 0 {
-		cfg.UpstreamTimeout = 30 * time.Second
+		cfg.UpstreamTimeout = upstream.DefaultTimeout
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = cfg.UpstreamTimeout + 15*time.Second
+		cfg.LeaseTTL = upstream.DefaultLease(cfg.UpstreamTimeout)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 10 << 20

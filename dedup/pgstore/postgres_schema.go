@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS %[1]squeue (
 	remote_addr  text NOT NULL,
 	tls          boolean NOT NULL,
 	body         bytea NOT NULL,
+	route        text NOT NULL DEFAULT '',
+	namespace    text NOT NULL DEFAULT '',
+	ttl_micros   bigint NOT NULL DEFAULT 0,
 	accepted_at  timestamptz NOT NULL,
 	attempts     integer NOT NULL DEFAULT 0,
 	due_at       timestamptz NOT NULL,
@@ -59,6 +62,11 @@ CREATE TABLE IF NOT EXISTS %[1]squeue (
 	last_error   text,
 	failed_at    timestamptz
 );
+-- Added after the first release: how each event is settled, as the proxy
+-- decided when it accepted it (empty for the events queued before).
+ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS route text NOT NULL DEFAULT '',
+	ADD COLUMN IF NOT EXISTS namespace text NOT NULL DEFAULT '',
+	ADD COLUMN IF NOT EXISTS ttl_micros bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS %[1]squeue_due ON %[1]squeue (due_at) WHERE failed_at IS NULL;
 CREATE INDEX IF NOT EXISTS %[1]squeue_failed ON %[1]squeue (key) WHERE failed_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS %[1]sowners (
@@ -185,7 +193,10 @@ WHERE key = $1 AND token = $2 AND (
 FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key
 WHERE r.key = $1 AND r.expires_at > now()`),
 		forget: f(`DELETE FROM %[1]srecords WHERE key = $1 RETURNING expires_at > now()`),
-		ping:   f(`SELECT FROM %[1]srecords LIMIT 0`),
+		// The tables, as this version writes them: the queue's columns
+		// added since the first release included, so that a database
+		// not migrated since is not taken for ready.
+		ping: f(`SELECT q.route, q.namespace, q.ttl_micros FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
 		// A small batch by physical address (a TID scan: no sort, no
 		// long lock), skipping rows a claim is taking over right now.
 		prune: f(`DELETE FROM %[1]srecords WHERE ctid = ANY(ARRAY(

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,39 @@ func TestPostgresMissingTables(t *testing.T) {
 		t.Errorf("Ping after Migrate: %v", err)
 	}
 	storetest.MustClaim(t, s, "k", storetest.Lease)
+}
+
+// TestPostgresUpgrade: tables made by the first release (a queue without
+// the columns that say how an event is settled) are not taken for ready,
+// and Migrate brings them up to date without losing what they hold; the
+// event queued before is delivered with its settlement empty.
+func TestPostgresUpgrade(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	s := openPostgres(t, nil, Config{URL: url})
+	ctx := context.Background()
+	old := storetest.Request
+	old.Route, old.Namespace, old.TTL = "", "", 0
+	storetest.MustEnqueue(t, s, "before")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `ALTER TABLE webhook_dedup_queue DROP COLUMN route, DROP COLUMN namespace, DROP COLUMN ttl_micros`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "route") {
+		t.Errorf("Ping on the first release's tables = %v, want an error naming the missing column", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping after Migrate: %v", err)
+	}
+	if d := storetest.TakeOne(t, s, storetest.Lease); d.Claim.Key != "before" || !reflect.DeepEqual(d.Request, old) {
+		t.Errorf("the event queued before the upgrade: %s %+v, want before %+v", d.Claim.Key, d.Request, old)
+	}
 }
 
 // TestPostgresSchemaMatchesMigrate checks PostgresSchema, what migrate

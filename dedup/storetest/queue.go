@@ -28,10 +28,12 @@ var Requests = []dedup.Request{
 		Method: "POST", RequestURI: "/webhooks/stripe?x=1&y=%20", Host: "hooks.example.com",
 		Header:     http.Header{"Content-Type": {"application/json"}, "Stripe-Signature": {"t=1,v1=abc"}, "X-Many": {"a", "", "c"}},
 		RemoteAddr: "203.0.113.9:41234", TLS: true,
-		Body: []byte(`{"id":"evt_1"}`),
+		Body:  []byte(`{"id":"evt_1"}`),
+		Route: "/webhooks/stripe", Namespace: "stripe", TTL: 96 * time.Hour,
 	},
 	{Method: "PUT", RequestURI: "/", Host: "h", RemoteAddr: "[::1]:1"},
-	{Method: "POST", RequestURI: "/b", Header: http.Header{"x-not-canonical": {"v"}}, Body: []byte{0, 0xff, '\n', 0x80}},
+	{Method: "POST", RequestURI: "/b", Header: http.Header{"x-not-canonical": {"v"}}, Body: []byte{0, 0xff, '\n', 0x80},
+		Route: "/b", Namespace: "/b", TTL: 1500 * time.Millisecond},
 }
 
 // Request is the request the queue cases enqueue: every part of it set,

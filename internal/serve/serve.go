@@ -73,15 +73,12 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
-	var handler *proxy.Handler
-	queue, workers := asyncDelivery(cfg, backend, reg, log, func(r *http.Request) (string, time.Duration, string) {
-		return handler.Settlement(r)
-	})
+	queue, workers := asyncDelivery(cfg, backend, reg, log)
 	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
 	}
-	handler, err = proxy.New(proxy.Config{
+	handler, err := proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Routes:          routes,
 		Store:           st,
@@ -333,8 +330,7 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // asyncDelivery sets up the background delivery of async routes: the
 // store's queue, the workers and their metrics. Without async routes it
 // returns nils.
-func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger,
-	settlement func(*http.Request) (string, time.Duration, string)) (dedup.Queue, *delivery.Workers) {
+func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if !cfg.AsyncRoutes() || backend.Queue == nil {
@@ -346,7 +342,6 @@ func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Reg
 		Queue:           queue,
 		Upstream:        cfg.Upstream,
 		Transport:       upstream.NewTransport(),
-		Settlement:      settlement,
 		ReplayResponse:  cfg.ReplayResponse,
 		ReplayMaxBytes:  cfg.ReplayMaxBytes,
 		BodyFingerprint: cfg.DedupBodyFingerprint,

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
@@ -13,23 +15,31 @@ import (
 // A queued Request is stored as one binary value, written once at Enqueue
 // and read at every Take. Strings are a uvarint length and the bytes:
 //
-//	[0]   version 0x01
+//	[0]   version 0x02
 //	[1]   flags: bit 0 set if the request came over TLS
 //	      Method, RequestURI, Host, RemoteAddr: four strings
+//	      Route, Namespace: two strings; TTL: uvarint milliseconds
 //	      uvarint number of header names, then for each: the name, a
 //	      uvarint number of values, and the values
 //	      Body: the rest, to the end
 //
+// Version 0x01, written before the request carried how it is settled, is
+// the same without Route, Namespace and TTL; it is still read, leaving
+// them empty.
+//
 // Header names are kept as received (canonical or not) and in the sorted
 // order of their names, so one request always encodes to the same bytes.
-const requestVersion = 0x01
+const (
+	requestVersion   = 0x02
+	requestVersionV1 = 0x01
+)
 
 // ErrBadRequest means a stored request is not one this package wrote.
 var ErrBadRequest = errors.New("unrecognised queued request")
 
 // EncodeRequest is the stored form of r.
 func EncodeRequest(r dedup.Request) []byte {
-	n := 2 + 4*binary.MaxVarintLen32 + len(r.Method) + len(r.RequestURI) + len(r.Host) + len(r.RemoteAddr) + binary.MaxVarintLen32 + len(r.Body)
+	n := 2 + 7*binary.MaxVarintLen32 + len(r.Route) + len(r.Namespace) + len(r.Method) + len(r.RequestURI) + len(r.Host) + len(r.RemoteAddr) + binary.MaxVarintLen32 + len(r.Body)
 	names := make([]string, 0, len(r.Header))
 	for name, vs := range r.Header {
 		names = append(names, name)
@@ -45,9 +55,10 @@ func EncodeRequest(r dedup.Request) []byte {
 		flags |= 1
 	}
 	b = append(b, requestVersion, flags)
-	for _, s := range []string{r.Method, r.RequestURI, r.Host, r.RemoteAddr} {
+	for _, s := range []string{r.Method, r.RequestURI, r.Host, r.RemoteAddr, r.Route, r.Namespace} {
 		b = AppendString(b, s)
 	}
+	b = binary.AppendUvarint(b, uint64(max(r.TTL, 0).Milliseconds()))
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
 		b = AppendString(b, name)
@@ -68,7 +79,7 @@ func AppendString(b []byte, s string) []byte {
 // DecodeRequest reads a stored request. The Request it returns shares no
 // memory with v.
 func DecodeRequest(v []byte) (dedup.Request, error) {
-	if len(v) < 2 || v[0] != requestVersion {
+	if len(v) < 2 || (v[0] != requestVersion && v[0] != requestVersionV1) {
 		return dedup.Request{}, fmt.Errorf("%w: bad version", ErrBadRequest)
 	}
 	if v[1]&^1 != 0 {
@@ -80,6 +91,15 @@ func DecodeRequest(v []byte) (dedup.Request, error) {
 	r.RequestURI = d.Text()
 	r.Host = d.Text()
 	r.RemoteAddr = d.Text()
+	if v[0] == requestVersion {
+		r.Route = d.Text()
+		r.Namespace = d.Text()
+		ms := d.Uvarint()
+		if ms > uint64(math.MaxInt64/int64(time.Millisecond)) {
+			return dedup.Request{}, fmt.Errorf("%w: TTL of %d ms", ErrBadRequest, ms)
+		}
+		r.TTL = time.Duration(ms) * time.Millisecond
+	}
 	names := d.Count()
 	if names > 0 {
 		r.Header = make(http.Header, names)

@@ -29,6 +29,29 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeRequestV1 reads a request queued by a version that did not
+// keep how it is settled: the request is whole, its settlement empty.
+func TestDecodeRequestV1(t *testing.T) {
+	want := storetest.Requests[2]
+	b := []byte{requestVersionV1, 0}
+	for _, s := range []string{want.Method, want.RequestURI, want.Host, want.RemoteAddr} {
+		b = AppendString(b, s)
+	}
+	b = append(b, 1)
+	b = AppendString(b, "x-not-canonical")
+	b = append(b, 1)
+	b = AppendString(b, "v")
+	b = append(b, want.Body...)
+	got, err := DecodeRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Route, want.Namespace, want.TTL = "", "", 0
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("version 1: got %+v, want %+v", got, want)
+	}
+}
+
 func TestDecodeRequestRejects(t *testing.T) {
 	good := EncodeRequest(storetest.Request)
 	for _, tc := range []struct {
