@@ -124,3 +124,9 @@ func pointerIn(typ reflect.Type) string {
 		return typ.Kind().String()
 	}
 }
+
+func BenchmarkMemory(b *testing.B) {
+	m := New()
+	b.Cleanup(func() { _ = m.Close() })
+	storetest.Bench(b, m.Backend())
+}
