@@ -102,7 +102,7 @@ func openDisk(dir string, sweepEvery time.Duration) (*Store, error) {
 				return err
 			}
 		}
-		return nil
+		return buckets(tx).releaseDeliveries(time.Now().UnixMilli())
 	})
 	if err != nil {
 		_ = db.Close()
@@ -261,6 +261,34 @@ func (b diskBuckets) index(key []byte, a codec.Async) error {
 		return b.due.Put(timeKey(a.At, key), nil)
 	case dedup.Failed:
 		return b.dead.Put(timeKey(a.At, key), nil)
+	}
+	return nil
+}
+
+// releaseDeliveries makes every delivery whose lease has not run out due
+// at now: called as the file is opened, when the lock proves that no
+// process holds them any more (the one that took them stopped, or was
+// killed), so waiting out their leases would only delay them.
+func (b diskBuckets) releaseDeliveries(now int64) error {
+	var held [][]byte
+	c := b.due.Cursor()
+	for k, _ := c.Seek(timeKey(now+1, nil)); k != nil; k, _ = c.Next() {
+		held = append(held, bytes.Clone(k[8:]))
+	}
+	for _, key := range held {
+		s, ok := b.get(key, now)
+		if !ok || len(s.value) == 0 || s.value[0] != codec.TagAsync {
+			continue
+		}
+		a, err := codec.DecodeAsync(s.value)
+		if err != nil || a.State != dedup.Delivering {
+			continue // queued for a later retry, or unreadable (Take dead-letters it)
+		}
+		released := a
+		released.At = now
+		if err := b.putAsync(key, a, released, s.expires); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -154,3 +154,34 @@ func TestDiskUnreadableRequest(t *testing.T) {
 	}
 	storetest.CheckUnreadable(t, d.Backend())
 }
+
+// TestDiskReopenReleasesDeliveries: the deliveries a process held when it
+// stopped are due again as soon as the file is reopened, not after their
+// lease (the lock proves no process holds them); a retry scheduled for
+// later stays where it is.
+func TestDiskReopenReleasesDeliveries(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	d := openDiskAt(t, dir)
+	storetest.MustEnqueue(t, d, "held")
+	held := storetest.TakeOne(t, d, time.Hour)
+	storetest.MustEnqueue(t, d, "later")
+	if err := d.Retry(ctx, storetest.TakeOne(t, d, time.Hour), time.Now().Add(time.Hour), 503, "app down"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil { // as a killed process leaves it: nothing settled
+		t.Fatal(err)
+	}
+
+	d = openDiskAt(t, dir)
+	ds := storetest.Take(t, d, 10, storetest.Lease)
+	if len(ds) != 1 || ds[0].Claim.Key != "held" || ds[0].Attempt != 2 {
+		t.Fatalf("Take after reopening = %+v, want the held delivery at once, attempt 2", ds)
+	}
+	if err := d.Succeed(ctx, held, storetest.Replayed, storetest.Keep); !errors.Is(err, dedup.ErrNotOwner) {
+		t.Errorf("the stopped holder's Succeed = %v, want ErrNotOwner", err)
+	}
+	if rec := storetest.MustLookup(t, d, "later"); rec.State != dedup.Queued || rec.Delivery.NextAttemptAt.Before(time.Now().Add(50*time.Minute)) {
+		t.Errorf("the retry scheduled for later: %v due %s, want queued, still due in about an hour", rec.State, rec.Delivery.NextAttemptAt)
+	}
+}
