@@ -73,7 +73,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
-	queue, workers := asyncDelivery(cfg, backend, reg, log)
+	queue, workers := asyncDelivery(ctx, cfg, backend, reg, log)
 	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
@@ -327,13 +327,15 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 	return out
 }
 
-// asyncDelivery sets up the background delivery of async routes: the
-// store's queue, the workers and their metrics. Without async routes it
-// returns nils.
-func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
+// asyncDelivery sets up the background delivery of the store's queue: the
+// workers and their metrics. It does when a route is async, and also when
+// none is but the store still holds events that async routes queued (a
+// route rolled back from async to sync): they were answered 202, so they
+// are delivered, never stranded. Otherwise it returns nils.
+func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
-	if !cfg.AsyncRoutes() || backend.Queue == nil {
+	if backend.Queue == nil || (!cfg.AsyncRoutes() && !stillQueued(ctx, cfg, backend.Queue, log)) {
 		return nil, nil
 	}
 	queue := backend.Queue
@@ -363,6 +365,25 @@ func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Reg
 	log.Info("async delivery", zap.Strings("routes", cfg.AsyncPaths()), zap.Int("concurrency", cfg.DeliveryConcurrency),
 		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
 	return queue, workers
+}
+
+// stillQueued reports whether a queue that no async route feeds any more
+// holds events to deliver, saying so in the log. A queue it cannot read
+// is logged, and left to a proxy with an async route.
+func stillQueued(ctx context.Context, cfg *config.Config, q dedup.Operator, log *zap.Logger) bool {
+	ctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
+	defer cancel()
+	st, err := q.Stats(ctx)
+	switch {
+	case err != nil:
+		log.Warn("could not tell whether the store holds events queued by async routes: no route is async, so none is delivered by this proxy", zap.Error(err))
+		return false
+	case st.Depth == 0 && st.OldestAge == 0:
+		return false
+	}
+	log.Warn("no route is async, but the store holds events async routes queued: delivering them (a route rolled back from async to sync; its senders' retries are answered 409 until their event is delivered)",
+		zap.Int("queued", st.Depth), zap.Duration("oldest_age", st.OldestAge))
+	return true
 }
 
 // nudgeOn calls nudge for each signal on ch until ctx ends: the delivery
