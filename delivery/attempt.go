@@ -164,11 +164,13 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		}
 		sum := sha256.Sum256(d.Request.Body)
 		res := w.completion.Result(o.status, o.header, sum, o.replay)
-		err := w.cfg.Queue.Succeed(sctx, d, res, ttl)
+		err := w.succeed(ctx, d, res, ttl, fields)
 		w.cfg.Metrics.delivered(route, resultSucceeded, d.Attempt)
 		fields = append(fields, zap.String("result", resultSucceeded))
 		if err == nil && w.cfg.BodyFingerprint {
-			w.rememberBody(sctx, namespace, sum, res, ttl, fields)
+			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
+			w.rememberBody(bctx, namespace, sum, res, ttl, fields)
+			cancel()
 		}
 		w.settled(fields, "delivered", err)
 		return

@@ -106,8 +106,11 @@ type Workers struct {
 	// completion is what a 2xx leaves in the event's record.
 	completion upstream.Completion
 	forward    *forwarder
-	nudge      chan struct{}
-	freed      chan struct{}
+	// recording holds the outcomes the app gave that the store has not
+	// taken yet.
+	recording recording
+	nudge     chan struct{}
+	freed     chan struct{}
 }
 
 // New returns the Workers for cfg.
@@ -219,6 +222,9 @@ func (w *Workers) Run(ctx context.Context) error {
 		}
 		failing = err != nil
 		for _, d := range ds {
+			if w.recording.adopt(d) {
+				continue // the app has it: only its record is still to be written
+			}
 			slots <- struct{}{}
 			running.Add(1)
 			go func() {

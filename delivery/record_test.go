@@ -1,0 +1,55 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// refusingQueue is a real queue whose Succeed the test makes fail, as a
+// store that refuses writes (restarting, failing over, a full disk) does.
+type refusingQueue struct {
+	*diskQueue
+	refuse   atomic.Bool
+	refused  atomic.Int32
+	succeeds atomic.Int32
+}
+
+var errRefused = errors.New("the store refuses writes")
+
+func (q *refusingQueue) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {
+	q.succeeds.Add(1)
+	if q.refuse.Load() {
+		q.refused.Add(1)
+		return errRefused
+	}
+	return q.diskQueue.Succeed(ctx, d, res, ttl)
+}
+
+// TestRecordedThroughAnOutage: when the store refuses the write that
+// records an attempt the app answered 2xx, the workers keep the outcome
+// and write it again until the store takes it, and the event is not
+// delivered again meanwhile, even once its lease has run out and Take
+// hands it out anew: the delivery is adopted, and its record written with
+// it.
+func TestRecordedThroughAnOutage(t *testing.T) {
+	a := newApp(t, nil)
+	q := &refusingQueue{diskQueue: newQueue(t)}
+	q.refuse.Store(true)
+	q.enqueue(t, "k1", webhookRequest(`{"id":"evt_1"}`))
+	// A lease far shorter than the outage: Take hands the event out again
+	// while its record is still being written.
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), UpstreamTimeout: 100 * time.Millisecond, Lease: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	await(t, "the store to refuse a few tries and the lease to run out", func() bool {
+		return q.refused.Load() >= 5 && q.record(t, "k1").Delivery.Attempts >= 2
+	})
+	q.refuse.Store(false)
+	await(t, "the record to be written", func() bool { return q.record(t, "k1").State == dedup.Completed })
+	if n := len(a.requests()); n != 1 {
+		t.Errorf("the app got the event %d times, want once: its record was still being written", n)
+	}
+}
