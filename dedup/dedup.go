@@ -140,3 +140,8 @@ var ErrPrefixOwned = errors.New("dedup: the key prefix belongs to another app")
 // store keeps in a completed record, unless Result.FullFingerprint asks
 // for all of it.
 const FingerprintPrefixLen = 5
+
+// ErrReadOnly means the store answers but refuses writes: a full volume,
+// a Redis out of memory, a read-only database. Readiness reports it: a
+// proxy whose store refuses writes can answer no first-seen webhook.
+var ErrReadOnly = errors.New("dedup: the store refuses writes")

@@ -40,6 +40,9 @@ type upstream struct {
 	// stubborn makes the app finish its work and apply the effect even when
 	// its client (the proxy) hung up, as most legacy apps do.
 	stubborn bool
+	// pad is how many bytes of blank space the app's 200 answers carry
+	// (PadAnswers).
+	pad int
 	// hold, when not nil, holds every webhook request until it is closed
 	// or the request's context ends (the proxy gave up or died); a request
 	// whose context ends has no effect.
@@ -138,7 +141,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.attempts[k]++
 	attempt := u.attempts[k]
-	hold, fail, work, stubborn := u.hold, u.fail, u.work, u.stubborn
+	hold, fail, work, stubborn, pad := u.hold, u.fail, u.work, u.stubborn, u.pad
 	u.mu.Unlock()
 	select {
 	case u.entered <- k:
@@ -187,7 +190,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-App", "processed")
-	fmt.Fprintf(w, `{"received":%q}`, k)
+	fmt.Fprintf(w, `{"received":%q}%s`, k, strings.Repeat(" ", pad))
 }
 
 // providerFor finds the provider whose webhook r is: a POST on its path.
@@ -265,6 +268,14 @@ func (u *upstream) WorkFor(work func(key string, attempt int) time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.work = work
+}
+
+// PadAnswers makes the app's 200 answers n bytes longer (blank space after
+// the JSON): large answers, for a store to keep with REPLAY_RESPONSE.
+func (u *upstream) PadAnswers(n int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.pad = n
 }
 
 // IgnoreHangUp makes the app behave as most legacy apps do: once it has the

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
@@ -50,6 +51,12 @@ type Store struct {
 	// unbatched commits every write on its own (one fsync each): only
 	// for the benchmark that shows what batching saves.
 	unbatched bool
+	// refused is set while the volume refuses the file's writes (full,
+	// over quota, read-only): Take may still fit, but no enqueue or
+	// completion does, so Ping reports it until a write succeeds again.
+	refused atomic.Bool
+	// dir is the directory of the file: Ping looks at its volume's room.
+	dir string
 
 	// stop ends the sweep of expired records; done waits for it.
 	stop      context.CancelFunc
@@ -109,7 +116,7 @@ func openDisk(dir string, sweepEvery time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	d := &Store{db: db, stop: stop}
+	d := &Store{db: db, stop: stop, dir: dir}
 	d.done.Go(func() { storeop.Every(ctx, sweepEvery, func() bool { _ = d.sweep(); return false }) })
 	return d, nil
 }
@@ -160,10 +167,31 @@ func (d *Store) sweep() error {
 // one), so it sets its results afresh each time.
 func (d *Store) write(fn func(tx *bolt.Tx) error) error {
 	defer d.writes.Add(-1)
+	var err error
 	if d.writes.Add(1) == 1 || d.unbatched {
-		return d.db.Update(fn)
+		err = d.db.Update(fn)
+	} else {
+		err = d.db.Batch(fn)
 	}
-	return d.db.Batch(fn)
+	d.noteRefusal(err)
+	return err
+}
+
+// noteRefusal keeps refused in step with what the volume did with the
+// last write.
+func (d *Store) noteRefusal(err error) {
+	switch {
+	case err == nil:
+		d.refused.Store(false)
+	case volumeRefused(err):
+		d.refused.Store(true)
+	}
+}
+
+// volumeRefused reports whether err is the volume refusing a write, not
+// the write's own logic.
+func volumeRefused(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS)
 }
 
 // diskBuckets are the buckets of one transaction.
@@ -466,8 +494,37 @@ func (d *Store) Ping(ctx context.Context) error {
 	if err := d.db.View(func(*bolt.Tx) error { return nil }); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}
+	var vol syscall.Statfs_t
+	if err := syscall.Statfs(d.dir, &vol); err == nil && vol.Bavail*uint64(vol.Bsize) < minFree {
+		return fmt.Errorf("dedup: ping: %w: the volume of %s has %d bytes free", dedup.ErrReadOnly, d.dir, vol.Bavail*uint64(vol.Bsize))
+	}
+	if d.refused.Load() {
+		// Try a write of its own: the volume may have room again.
+		err := d.db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketRecords)
+			if err := b.Put(probeKey, nil); err != nil {
+				return err
+			}
+			return b.Delete(probeKey)
+		})
+		d.noteRefusal(err)
+		if err != nil {
+			return fmt.Errorf("dedup: ping: %w: %w", dedup.ErrReadOnly, err)
+		}
+	}
 	return nil
 }
+
+// minFree is the room the file's volume must have for the store to be
+// ready: a nearly full volume refuses the writes that need the file to
+// grow (a first-seen event, a completion) while the small ones still fit
+// in its free pages, so it is taken as full before it is.
+const minFree = 1 << 20
+
+// probeKey is the record Ping writes, and deletes, to see whether a volume
+// that refused writes takes them again. No store key is empty-prefixed
+// like it.
+var probeKey = []byte("\x00webhook-dedup:probe")
 
 // Enqueue claims key and stores req for delivery in one transaction,
 // committed to the file before it returns. If the key was free it returns

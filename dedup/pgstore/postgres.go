@@ -378,6 +378,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, s.sql.ping); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}
+	// A standby, or a database whose transactions are read-only, answers
+	// every read and refuses every claim.
+	var readOnly bool
+	if err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly); err != nil {
+		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	if readOnly {
+		return fmt.Errorf("dedup: ping: %w: PostgreSQL is read-only (a standby, or default_transaction_read_only)", dedup.ErrReadOnly)
+	}
 	if err := s.owner.Checked(ctx); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}

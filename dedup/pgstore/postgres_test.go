@@ -421,3 +421,36 @@ func TestPostgresOwner(t *testing.T) {
 	c := openPostgres(t, nil, Config{URL: url, AppName: "shipping", KeyPrefix: "webhook-dedup:shipping:"})
 	storetest.MustClaim(t, c, "webhook-dedup:shipping:stripe:evt_2", storetest.Lease)
 }
+
+// TestPostgresPingReadOnly: a database that refuses writes (here, read-only
+// transactions by default, as a standby or a database set read-only for
+// maintenance) is not ready, though it answers every read; once it takes
+// writes again, it is.
+func TestPostgresPingReadOnly(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	s := openPostgres(t, nil, Config{URL: url})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	setReadOnly := func(on string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+conn.Config().Database+" SET default_transaction_read_only = "+on); err != nil {
+			t.Fatal(err)
+		}
+		s.pool.Reset() // the setting applies to new sessions
+	}
+	setReadOnly("on")
+	if err := s.Ping(ctx); !errors.Is(err, dedup.ErrReadOnly) {
+		t.Errorf("Ping of a read-only database = %v, want ErrReadOnly", err)
+	}
+	if _, _, err := s.Claim(ctx, "k", storetest.Lease); err == nil {
+		t.Error("a claim on the read-only database succeeded: the test's database is not read-only")
+	}
+	setReadOnly("off")
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping once writable again: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
 var (
@@ -20,7 +21,7 @@ var (
 
 // ErrOutOfMemory means Redis refuses writes: it is at maxmemory with the
 // noeviction policy. Claims fail until memory is freed.
-var ErrOutOfMemory = errors.New("dedup: Redis is out of memory and refuses writes")
+var ErrOutOfMemory = fmt.Errorf("%w: Redis is out of memory", dedup.ErrReadOnly)
 
 // OwnerKey is the key under prefix that names the deployment (APP_NAME)
 // whose records the prefix holds. It holds no ':' or '#', so no event or
