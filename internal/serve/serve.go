@@ -73,7 +73,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
-	queue, workers := asyncDelivery(cfg, backend, reg, log)
+	queue, workers := asyncDelivery(cfg, backend, routes, reg, log)
 	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
@@ -264,11 +264,12 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 	var errs []error
 	used := map[string]bool{}
 	for _, spec := range cfg.RouteSpecs {
-		src, err := providers.ParseSource(spec.Path, spec.Source, cfg.ProviderOptions())
+		src, err := providers.ParseSource(spec.Path, spec.Source, cfg.SourceOptions(spec))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ROUTES: %s=%s: %w", spec.Path, spec.Source, err))
 			continue
 		}
+		warnUnverifiedAsync(spec, src, log)
 		for _, name := range src.PresetNames() {
 			used[name] = true
 		}
@@ -330,7 +331,7 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // asyncDelivery sets up the background delivery of async routes: the
 // store's queue, the workers and their metrics. Without async routes it
 // returns nils.
-func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
+func asyncDelivery(cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if !cfg.AsyncRoutes() || backend.Queue == nil {
@@ -338,6 +339,10 @@ func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Reg
 	}
 	queue := backend.Queue
 	dlog := log.Named("delivery")
+	var resign func(route, namespace string) delivery.Resigner // nil: RESIGN=off
+	if cfg.Resign == config.ResignAuto {
+		resign = resigners(routes)
+	}
 	workers := delivery.New(delivery.Config{
 		Queue:           queue,
 		Upstream:        cfg.Upstream,
@@ -356,6 +361,7 @@ func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Reg
 		MaxAttempts:     cfg.RetryMaxAttempts,
 		MaxAge:          cfg.RetryMaxAge,
 		DeadLetterTTL:   cfg.DeadLetterTTL,
+		Resigners:       resign,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, queue, dlog),
