@@ -2,6 +2,8 @@ package providers
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +28,65 @@ func everySecret() Options {
 // resigningPresets are the presets whose schemes sign a timestamp carried
 // in a header (docs/delivery.md lists the same).
 var resigningPresets = []string{"stripe", "gitlab", "standardwebhooks", "slack", "paddle", "twitch", "zoom", "zendesk"}
+
+// presetsWithResigner lists, in catalog order, the presets whose
+// extractor has a Resigner once their secret is set.
+func presetsWithResigner(t *testing.T) []string {
+	t.Helper()
+	opts := everySecret()
+	var got []string
+	for _, p := range Presets() {
+		if mustParse(t, "/", p.Name, opts).Extractor(p.Name).Resigner != nil {
+			got = append(got, p.Name)
+		}
+	}
+	return got
+}
+
+// TestResignDocMatchesCode: docs/delivery.md's table of what each preset's
+// attempts carry names every preset once, and as re-signed exactly those
+// the code re-signs.
+func TestResignDocMatchesCode(t *testing.T) {
+	doc, err := os.ReadFile("../docs/delivery.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(doc)
+	i := strings.Index(md, "\n### Signed timestamps and RESIGN\n")
+	if i < 0 {
+		t.Fatal("docs/delivery.md has no section Signed timestamps and RESIGN")
+	}
+	code := regexp.MustCompile("`([a-z]+)`")
+	seen := map[string]bool{}
+	var resigned []string
+	for line := range strings.Lines(md[i:]) {
+		cells := strings.Split(line, " | ")
+		if !strings.HasPrefix(line, "| re-signed") && !strings.HasPrefix(line, "| forwarded unchanged") || len(cells) < 3 {
+			continue
+		}
+		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+			if seen[m[1]] {
+				t.Errorf("docs/delivery.md names %s twice", m[1])
+			}
+			seen[m[1]] = true
+			if strings.HasPrefix(line, "| re-signed") {
+				resigned = append(resigned, m[1])
+			}
+		}
+	}
+	for _, p := range Presets() {
+		if !seen[p.Name] {
+			t.Errorf("docs/delivery.md does not say what %s's attempts carry", p.Name)
+		}
+		delete(seen, p.Name)
+	}
+	for name := range seen {
+		t.Errorf("docs/delivery.md names %s, which is no preset", name)
+	}
+	if want := presetsWithResigner(t); !slices.Equal(resigned, want) {
+		t.Errorf("docs/delivery.md says %v are re-signed; the code re-signs %v", resigned, want)
+	}
+}
 
 func TestResignerOfEachPreset(t *testing.T) {
 	opts := everySecret()
