@@ -13,8 +13,6 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
-	github.com/stripe/stripe-go/v82 v82.5.1
 	github.com/tidwall/gjson v1.20.2
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/goleak v1.3.0

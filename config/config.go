@@ -41,6 +41,9 @@ type Config struct {
 	RetryMaxAttempts     int                `env:"RETRY_MAX_ATTEMPTS" envDefault:"25" desc:"attempts, the first included, before an event is dead-lettered"`
 	RetryMaxAge          time.Duration      `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
 	DeadLetterTTL        time.Duration      `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
+	// Resign and AllowUnverifiedAsync are validated in completeVerified.
+	Resign               string `env:"RESIGN" envDefault:"auto" desc:"auto: each background attempt of an event whose preset signs a timestamp in a header (Stripe, Standard Webhooks, Slack, Paddle, Twitch, Zoom, Zendesk, GitLab signing tokens) carries a fresh timestamp and signature, made with the first of the preset's secrets, so the app's own 5-minute check passes however late the retry; off: the headers as received"`
+	AllowUnverifiedAsync bool   `env:"ALLOW_UNVERIFIED_ASYNC" envDefault:"false" desc:"let an async route accept a preset's webhooks without verifying their signatures (its secret not set, or PayPal, Adyen, Mailgun); without it that is a configuration error: a forged request carrying a real event ID would be queued and the genuine event answered as a duplicate the app never sees"`
 
 	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
 	DataDir   string `env:"DATA_DIR" desc:"directory of the embedded store's file (webhook-dedup.db), kept across restarts; created if missing; instead of Redis; one replica only"`
@@ -349,13 +352,10 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 		}
 	}
 	// Each source is built once here only to validate it (an unknown
-	// preset, a malformed secret), so that its problems are reported with
-	// all the others; serving builds it again.
-	for _, spec := range c.RouteSpecs {
-		if _, err := providers.ParseSource(spec.Path, spec.Source, c.ProviderOptions()); err != nil {
-			bad("ROUTES", "%s=%s: %v", spec.Path, spec.Source, err)
-		}
-	}
+	// preset, a malformed secret, an async route that would queue
+	// unverified requests), so that its problems are reported with all
+	// the others; serving builds it again.
+	c.completeVerified(bad)
 	return errs
 }
 

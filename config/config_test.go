@@ -139,6 +139,8 @@ func TestRouteDeliveryModes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := base()
 			env["ROUTES"], env["REDIS_URL"] = tc.routes, "redis://127.0.0.1:6379"
+			// An async route verifies its preset's signatures.
+			env["GITHUB_WEBHOOK_SECRET"], env["STRIPE_WEBHOOK_SECRET"] = "gh", "whsec_x"
 			if tc.delivery != "" {
 				env["DELIVERY"] = tc.delivery
 			}

@@ -13,7 +13,10 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -58,12 +61,20 @@ func newForwarder(app *url.URL, transport http.RoundTripper, completion upstream
 	}}
 }
 
+// maxExcerpt bounds the start of a failed attempt's answer kept in its
+// last_error: room for a framework's error message ("400 timestamp wasn't
+// within tolerance"), not for a page.
+const maxExcerpt = 200
+
 // outcome is the app's answer to one attempt: the http.ResponseWriter the
-// ReverseProxy relays it into. The body is read and dropped, but for what
-// ModifyResponse kept for replay.
+// ReverseProxy relays it into. The body is read and dropped, but for its
+// first bytes and what ModifyResponse kept for replay.
 type outcome struct {
 	header http.Header
 	status int
+	// head is the body's first maxExcerpt+1 bytes (the one more tells
+	// that it was cut), for last_error.
+	head []byte
 	// replay is the body kept for replay (upstream.Completion.Capture);
 	// nil when none was.
 	replay []byte
@@ -84,7 +95,44 @@ func (o *outcome) Write(p []byte) (int, error) {
 	if o.status == 0 {
 		o.status = http.StatusOK
 	}
+	if room := maxExcerpt + 1 - len(o.head); room > 0 {
+		o.head = append(o.head, p[:min(room, len(p))]...)
+	}
 	return len(p), nil
+}
+
+// excerpt is the start of the app's answer as last_error shows it: at most
+// maxExcerpt bytes, spaces around it trimmed, control characters and
+// invalid UTF-8 escaped (so that it stays one line wherever it is shown),
+// "…" where it was cut. Empty for an empty body.
+func (o *outcome) excerpt() string {
+	b, cut := o.head, len(o.head) > maxExcerpt
+	if cut {
+		b = b[:maxExcerpt]
+		// Not half a character.
+		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.Valid(b); i++ {
+			b = b[:len(b)-1]
+		}
+	}
+	b = bytes.TrimSpace(b)
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&sb, `\x%02x`, b[0])
+		case !unicode.IsPrint(r):
+			q := strconv.QuoteRune(r) // '\n', '\x1b', '\u2028'
+			sb.WriteString(q[1 : len(q)-1])
+		default:
+			sb.Write(b[:size])
+		}
+		b = b[size:]
+	}
+	if cut && sb.Len() > 0 {
+		sb.WriteString("…")
+	}
+	return sb.String()
 }
 
 // send forwards req and returns the app's answer. A body that breaks off
@@ -149,6 +197,9 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	if err != nil {
 		o = &outcome{err: err}
 	} else {
+		if w.resign(req, d.Request, fields) {
+			fields = append(fields, zap.Bool("resigned", true))
+		}
 		actx, cancel := context.WithTimeout(ctx, w.cfg.UpstreamTimeout)
 		o = w.forward.send(actx, req)
 		cancel()
@@ -176,6 +227,9 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		return
 	}
 
+	// reason is logged; lastError, kept with the event (last_error), adds
+	// the start of the app's answer, which is never logged: the app may
+	// quote the webhook's body in it.
 	reason := ""
 	switch {
 	case ctx.Err() != nil:
@@ -185,15 +239,19 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	default:
 		reason = "the app answered " + strconv.Itoa(o.status)
 	}
+	lastError := reason
+	if x := o.excerpt(); x != "" && o.err == nil && ctx.Err() == nil {
+		lastError += ": " + x
+	}
 	fields = append(fields, zap.String("reason", reason))
 	if ctx.Err() != nil {
 		// Shutdown: the event goes back, due at once for the next process.
-		err := w.cfg.Queue.Retry(sctx, d, now, o.status, reason)
+		err := w.cfg.Queue.Retry(sctx, d, now, o.status, lastError)
 		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
 		return
 	}
 	if d.Attempt >= w.cfg.MaxAttempts || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
-		err := w.cfg.Queue.Fail(sctx, d, o.status, reason, w.cfg.DeadLetterTTL)
+		err := w.cfg.Queue.Fail(sctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
 		fields = append(fields, zap.String("result", resultDeadLettered), zap.Duration("kept", w.cfg.DeadLetterTTL))
 		if err == nil {
@@ -204,9 +262,30 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		return
 	}
 	next := now.Add(w.backoff(d.Attempt, o))
-	err = w.cfg.Queue.Retry(sctx, d, next, o.status, reason)
+	err = w.cfg.Queue.Retry(sctx, d, next, o.status, lastError)
 	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
 	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)
+}
+
+// resign gives req a fresh signature when the route signs one (see
+// Config.Resigners) and reports whether it did. A request that does not
+// verify (queued unverified, or signed with a secret no longer
+// configured) keeps the headers it was queued with, and a warning says
+// why.
+func (w *Workers) resign(req *http.Request, queued dedup.Request, fields []zap.Field) bool {
+	if w.cfg.Resigners == nil {
+		return false
+	}
+	r := w.cfg.Resigners(queued.Route, queued.Namespace)
+	if r == nil {
+		return false
+	}
+	if err := r.Resign(req.Header, queued.Body, w.cfg.Now()); err != nil {
+		w.log.Warn("not signed again: forwarded with the signature it was queued with, which the app may refuse as too old",
+			append(fields[:len(fields):len(fields)], zap.String("route", queued.Route), zap.String("namespace", queued.Namespace), zap.Error(err))...)
+		return false
+	}
+	return true
 }
 
 // rememberBody records a delivered body's fingerprint under a key of its

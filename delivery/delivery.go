@@ -27,6 +27,13 @@ type Queue interface {
 	Fail(ctx context.Context, d dedup.Delivery, status int, reason string, keep time.Duration) error
 }
 
+// Resigner signs a queued request again, as its sender would sign it now
+// (signature.Resigner: the preset's verifier). On error it leaves h as it
+// was.
+type Resigner interface {
+	Resign(h http.Header, body []byte, now time.Time) error
+}
+
 // Config configures the Workers. Zero values are documented per field.
 type Config struct {
 	// Queue holds the deliveries. Required.
@@ -50,6 +57,14 @@ type Config struct {
 	// (DEDUP_BODY_FINGERPRINT): the same body under another event ID is
 	// then a duplicate.
 	BodyFingerprint bool
+	// Resigners finds how each attempt of a queued request is signed
+	// again, with a fresh timestamp (RESIGN=auto): from the route and
+	// namespace it was queued with, the Resigner of the preset that
+	// verified it, as the route is configured now (after a secret
+	// rotation, the app holds the new first secret). If nil, or when it
+	// returns nil, the request is forwarded with the headers it was
+	// queued with.
+	Resigners func(route, namespace string) Resigner
 	// Bodies keeps the body records of BodyFingerprint: the records of
 	// the store whose queue Queue is (its Backend's Store). If nil, no
 	// body is recorded, and each completion says so in the log.

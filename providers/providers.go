@@ -46,6 +46,13 @@ type Extractor struct {
 	// Verifier checks the signature before the store is touched. Nil when
 	// the preset does not sign or no secret is configured.
 	Verifier signature.Verifier
+	// Resigner signs a request again for each attempt of its background
+	// delivery, so that the app's own timestamp check passes however late
+	// the attempt (RESIGN=auto): the Verifier itself, when its scheme
+	// signs a timestamp carried in a header. Nil when the preset signs no
+	// such timestamp (GitHub, Shopify, Linear, …) or no secret is
+	// configured.
+	Resigner signature.Resigner
 	// Headers are the canonical names of the request headers the ID,
 	// auto's recognition of the sender and the signature check read. A
 	// request whose Connection header names one of them would lose it on

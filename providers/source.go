@@ -24,6 +24,13 @@ type Options struct {
 	// TTL overrides every preset's completed-record lifetime (DEDUP_TTL).
 	// If zero, each preset's own; generic sources then use DefaultTTL.
 	TTL time.Duration
+	// VerifiedOnly makes auto recognise only the presets whose signatures
+	// it verifies (their secrets are in Secrets): another sender's request
+	// passes through, and auto with no such preset is an error. Set for
+	// async routes, where an unverified request would be queued and its
+	// event ID taken before the app could refuse it. A named preset is
+	// not affected: its Source's Unverified says whether it verifies.
+	VerifiedOnly bool
 }
 
 // DefaultTTL is the completed-record lifetime of generic sources
@@ -63,6 +70,8 @@ type Source struct {
 	detectors []detector
 	// names are the presets the source can resolve to. Nil for generic sources.
 	names []string
+	// unverified are the presets of names whose requests are not verified.
+	unverified []Preset
 }
 
 // detector is one preset auto can recognise.
@@ -70,6 +79,11 @@ type detector struct {
 	groups    [][]string
 	extractor *Extractor
 }
+
+// ErrNothingVerified is wrapped by ParseSource's answer to auto with
+// Options.VerifiedOnly when no signing secret is set: it would recognise
+// no sender at all.
+var ErrNothingVerified = errors.New("auto on an async route recognises only the senders whose signatures it verifies, and no signing secret is set")
 
 // errNoPreset is wrapped by ParseSource's answer to a sender that has no
 // preset on purpose (no stable per-request ID); the message says why.
@@ -108,7 +122,11 @@ func ParseSource(path, spec string, opts Options) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Source{fixed: e, names: []string{p.Name}}, nil
+		s := &Source{fixed: e, names: []string{p.Name}}
+		if e.Verifier == nil {
+			s.unverified = []Preset{p.Preset}
+		}
+		return s, nil
 	}
 	if why, ok := withoutPreset(strings.ToLower(spec)); ok {
 		return nil, fmt.Errorf("providers: source %q: %w: %s", spec, errNoPreset, why)
@@ -152,8 +170,39 @@ func (s *Source) PresetNames() []string {
 	return slices.Clone(s.names)
 }
 
+// Unverified lists the presets this source resolves to whose requests it
+// does not verify: no secret is configured for them, or the proxy does
+// not check their sender's signatures (PayPal, Adyen, Mailgun). Every
+// preset's sender signs its webhooks, so on an async route each is a way
+// to queue a forged event under a real event ID. Empty for generic
+// sources, whose senders the proxy knows nothing of, and for auto with
+// VerifiedOnly.
+func (s *Source) Unverified() []Preset {
+	return slices.Clone(s.unverified)
+}
+
+// Extractor returns the extractor of this source whose Namespace is
+// namespace: the one that accepted a request queued under that namespace,
+// for its delivery to find its Resigner. Nil when none has it (the route's
+// source changed since).
+func (s *Source) Extractor(namespace string) *Extractor {
+	if s.fixed != nil {
+		if s.fixed.Namespace == namespace {
+			return s.fixed
+		}
+		return nil
+	}
+	for _, d := range s.detectors {
+		if d.extractor.Namespace == namespace {
+			return d.extractor
+		}
+	}
+	return nil
+}
+
 func parseAuto(presets []preset, opts Options) (*Source, error) {
 	s := &Source{}
+	var secretVars []string // of the presets VerifiedOnly left out
 	for i := range presets {
 		p := &presets[i]
 		if p.detect == nil {
@@ -163,8 +212,21 @@ func parseAuto(presets []preset, opts Options) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
+		if e.Verifier == nil {
+			if opts.VerifiedOnly {
+				if p.SecretVar != "" {
+					secretVars = append(secretVars, p.SecretVar)
+				}
+				continue
+			}
+			s.unverified = append(s.unverified, p.Preset)
+		}
 		s.detectors = append(s.detectors, detector{groups: p.detect, extractor: e})
 		s.names = append(s.names, p.Name)
+	}
+	if opts.VerifiedOnly && len(s.detectors) == 0 {
+		return nil, fmt.Errorf("providers: %w: set the secret of each sender the route receives (%s), or name the sender's preset instead of auto",
+			ErrNothingVerified, strings.Join(secretVars, ", "))
 	}
 	return s, nil
 }
@@ -215,6 +277,7 @@ func presetExtractor(p *preset, opts Options) (*Extractor, error) {
 		return nil, fmt.Errorf("providers: %s: %w", p.SecretVar, err)
 	}
 	e.Verifier = v
+	e.Resigner, _ = v.(signature.Resigner)
 	e.NeedsBody = true
 	e.Headers = appendNew(e.Headers, v.Headers()...)
 	return e, nil

@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-	"github.com/stripe/stripe-go/v82/webhook"
 	"github.com/tidwall/gjson"
 )
 
 // Each fuzz target checks two things: Verify never panics and fails only
 // with one of the package's sentinels; and it never accepts a request that
-// an independent oracle (the provider's SDK where there is one, else the
-// test signer) says was not signed with the configured secret.
+// an independent oracle (the test signer) says was not signed with the
+// configured secret. The targets whose oracle is the provider's SDK
+// (Stripe, Standard Webhooks, GitLab) are in test/sdk, a module of their
+// own.
 
 var fuzzNow = time.Unix(1732960800, 0)
 
@@ -34,55 +34,6 @@ func checkSentinel(t *testing.T, err error) {
 		}
 	}
 	t.Fatalf("error wraps no sentinel: %v", err)
-}
-
-func FuzzStripe(f *testing.F) {
-	body := stripeBody
-	valid := stripeHeader(stripeSecret, fuzzNow, body)
-	for _, h := range []string{
-		valid, valid + ",v1=bad_signature", valid + ",v0=" + strings.Repeat("a", 64), "v1,t=1", "t=", "",
-		"t=1732960800", "t=1732960800,v1=" + strings.Repeat("0", 64), valid + ",", "t=1,t=" + valid[2:],
-	} {
-		f.Add(h, body)
-	}
-	v := mustNew(f, Stripe, Options{Secrets: []string{stripeSecret}})
-	f.Fuzz(func(t *testing.T, h string, body []byte) {
-		err := v.Verify(header("Stripe-Signature", h), body, fuzzNow)
-		checkSentinel(t, err)
-		if err == nil {
-			if sdk := webhook.ValidatePayloadIgnoringTolerance(body, h, stripeSecret); sdk != nil {
-				t.Fatalf("accepted %q that stripe-go refuses: %v", h, sdk)
-			}
-		}
-	})
-}
-
-func FuzzStandardWebhooks(f *testing.F) {
-	f.Add(swID, swTS, swValid, []byte(swPayload))
-	f.Add(swID, swTS, swInvalid+" "+swValid, []byte(swPayload))
-	f.Add(swID, swTS, "v1a,"+swValid[3:]+" v2,x", []byte(swPayload))
-	f.Add(swID, "0"+swTS, swValid+",extra", []byte(swPayload))
-	f.Add("", "", "", []byte(nil))
-	f.Add(swID, "-1", "v1,", []byte(swPayload))
-	f.Add(swID, swTS, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OF=", []byte(swPayload)) // non-canonical last character
-	ref, err := standardwebhooks.NewWebhook(swSecret)
-	if err != nil {
-		f.Fatal(err)
-	}
-	v := mustNew(f, StandardWebhooks, Options{Secrets: []string{swSecret}})
-	f.Fuzz(func(t *testing.T, id, ts, sig string, body []byte) {
-		h := header("webhook-id", id, "webhook-timestamp", ts, "webhook-signature", sig)
-		now := fuzzNow
-		if sec, err := strconv.ParseInt(ts, 10, 64); err == nil {
-			now = time.Unix(sec, 0) // inside the tolerance: the MAC alone decides
-		}
-		err := v.Verify(h, body, now)
-		checkSentinel(t, err)
-		refErr := ref.VerifyIgnoringTimestamp(body, h)
-		if (err == nil) != (refErr == nil) {
-			t.Fatalf("id %q ts %q sig %q: we say %v, the reference library says %v", id, ts, sig, err, refErr)
-		}
-	})
 }
 
 func FuzzPaddle(f *testing.F) {
@@ -306,41 +257,6 @@ func FuzzTwilio(f *testing.F) {
 		signed := sig != "" && (len(expected) > 0 && sig == expected[0] || len(expected) > 1 && sig == expected[1])
 		if (err == nil) != signed {
 			t.Fatalf("sig %q content type %q: Verify = %v, signed = %v", sig, contentType, err, signed)
-		}
-	})
-}
-
-func FuzzGitLab(f *testing.F) {
-	const signing = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q="
-	const token = "legacy-token"
-	ts := strconv.FormatInt(fuzzNow.Unix(), 10)
-	body := []byte(`{"object_kind":"push"}`)
-	f.Add(token, "", "", "", body)
-	f.Add("", "v1,"+b64Of(sha256.New, "testtesttesttesttesttesttesttest", "id.", ts, ".", string(body)), "id", ts, body)
-	f.Add(token, "v1,AAAA", "id", ts, body)
-	f.Add(signing, "", "", "", body)
-	v := mustNew(f, GitLab, Options{Secrets: []string{token, signing}})
-	decoded, err := standardwebhooks.NewWebhook(signing)
-	if err != nil {
-		f.Fatal(err)
-	}
-	whole, _ := standardwebhooks.NewWebhookRaw([]byte(signing))
-	f.Fuzz(func(t *testing.T, tok, sig, id, ts string, body []byte) {
-		h := header("X-Gitlab-Token", tok, "webhook-signature", sig, "webhook-id", id, "webhook-timestamp", ts)
-		now := fuzzNow
-		if sec, err := strconv.ParseInt(ts, 10, 64); err == nil {
-			now = time.Unix(sec, 0)
-		}
-		err := v.Verify(h, body, now)
-		checkSentinel(t, err)
-		var ok bool
-		if sig == "" {
-			ok = tok == token
-		} else {
-			ok = decoded.VerifyIgnoringTimestamp(body, h) == nil || whole.VerifyIgnoringTimestamp(body, h) == nil
-		}
-		if (err == nil) != ok {
-			t.Fatalf("token %q sig %q: Verify = %v, expected accepted = %v", tok, sig, err, ok)
 		}
 	})
 }

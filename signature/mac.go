@@ -2,6 +2,7 @@ package signature
 
 import (
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -93,6 +94,28 @@ func (r keyring) match(prefix, body, sig []byte) bool {
 	return false
 }
 
+// matchEntry reports whether an entry of list (split on sep) that starts
+// with label is the hex MAC of prefix || body under any key: Stripe's v1=
+// and Paddle's h1= entries, of which any one may match (a secret roll
+// sends one per secret). Entries that do not decode are skipped.
+func (r keyring) matchEntry(prefix, body []byte, list, sep, label string) bool {
+	var out [maxMACSize]byte
+	for _, k := range r {
+		mac := k.sum(&out, prefix, body)
+		for entry := range strings.SplitSeq(list, sep) {
+			encoded, ok := strings.CutPrefix(entry, label)
+			if !ok {
+				continue
+			}
+			var buf [maxMACSize]byte
+			if sig, ok := hexMAC.decode(&buf, encoded, sha256.Size); ok && hmac.Equal(mac, sig) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // encoding is how a scheme writes its MAC in the header.
 type encoding uint8
 
@@ -100,6 +123,14 @@ const (
 	hexMAC encoding = iota
 	base64MAC
 )
+
+// encode writes mac as the scheme's header carries it.
+func (e encoding) encode(mac []byte) string {
+	if e == hexMAC {
+		return hex.EncodeToString(mac)
+	}
+	return base64.StdEncoding.EncodeToString(mac)
+}
 
 // strictBase64 rejects non-zero trailing bits; with decode's exact-length
 // check, each MAC has one accepted spelling (the one senders write).

@@ -1,7 +1,6 @@
 package signature
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"net/http"
 	"strconv"
@@ -33,11 +32,41 @@ func Paddle(o Options) (Verifier, error) {
 func (v *paddle) Headers() []string { return []string{"Paddle-Signature"} }
 
 func (v *paddle) Verify(h http.Header, body []byte, now time.Time) error {
-	header := h.Get("Paddle-Signature")
-	if header == "" {
-		return fail(ErrMissing, "no Paddle-Signature header")
+	header, ts, err := parsePaddle(h)
+	if err != nil {
+		return err
 	}
-	ts, hasTS, hasH1 := int64(0), false, false
+	if err := checkAge(time.Unix(ts, 0), now, v.tolerance); err != nil {
+		return err
+	}
+	return v.match(header, ts, body)
+}
+
+// Resign sets Paddle-Signature to "ts=<now>;h1=<hex>" alone.
+func (v *paddle) Resign(h http.Header, body []byte, now time.Time) error {
+	header, ts, err := parsePaddle(h)
+	if err != nil {
+		return err
+	}
+	if err := v.match(header, ts, body); err != nil {
+		return err
+	}
+	var pb [24]byte
+	var out [maxMACSize]byte
+	ts = now.Unix()
+	mac := v.keys[0].sum(&out, paddlePrefix(&pb, ts), body)
+	h.Set("Paddle-Signature", "ts="+strconv.FormatInt(ts, 10)+";h1="+hexMAC.encode(mac))
+	return nil
+}
+
+// parsePaddle returns Paddle-Signature and its ts, once the header is
+// known to carry a ts and at least one h1.
+func parsePaddle(h http.Header) (header string, ts int64, err error) {
+	header = h.Get("Paddle-Signature")
+	if header == "" {
+		return "", 0, fail(ErrMissing, "no Paddle-Signature header")
+	}
+	hasTS, hasH1 := false, false
 	for part := range strings.SplitSeq(header, ";") {
 		key, value, _ := strings.Cut(part, "=")
 		if value == "" {
@@ -45,9 +74,8 @@ func (v *paddle) Verify(h http.Header, body []byte, now time.Time) error {
 		}
 		switch key {
 		case "ts":
-			var err error
 			if ts, err = strconv.ParseInt(value, 10, 64); err != nil {
-				return fail(ErrMalformed, "Paddle-Signature ts is not an integer")
+				return "", 0, fail(ErrMalformed, "Paddle-Signature ts is not an integer")
 			}
 			hasTS = true
 		case "h1":
@@ -55,29 +83,25 @@ func (v *paddle) Verify(h http.Header, body []byte, now time.Time) error {
 		}
 	}
 	if !hasTS {
-		return fail(ErrMalformed, "Paddle-Signature has no ts")
+		return "", 0, fail(ErrMalformed, "Paddle-Signature has no ts")
 	}
 	if !hasH1 {
-		return fail(ErrMismatch, "Paddle-Signature has no h1 signature")
+		return "", 0, fail(ErrMismatch, "Paddle-Signature has no h1 signature")
 	}
-	if err := checkAge(time.Unix(ts, 0), now, v.tolerance); err != nil {
-		return err
-	}
+	return header, ts, nil
+}
+
+// paddlePrefix is what Paddle signs before the body: "<ts>:".
+func paddlePrefix(buf *[24]byte, ts int64) []byte {
+	return append(strconv.AppendInt(buf[:0], ts, 10), ':')
+}
+
+// match reports ErrMismatch unless some h1 of header is the MAC of
+// "<ts>:<body>" under some configured secret.
+func (v *paddle) match(header string, ts int64, body []byte) error {
 	var pb [24]byte
-	prefix := append(strconv.AppendInt(pb[:0], ts, 10), ':')
-	var out [maxMACSize]byte
-	for _, k := range v.keys {
-		mac := k.sum(&out, prefix, body)
-		for part := range strings.SplitSeq(header, ";") {
-			encoded, ok := strings.CutPrefix(part, "h1=")
-			if !ok {
-				continue
-			}
-			var buf [maxMACSize]byte
-			if sig, ok := hexMAC.decode(&buf, encoded, sha256.Size); ok && hmac.Equal(mac, sig) {
-				return nil
-			}
-		}
+	if !v.keys.matchEntry(paddlePrefix(&pb, ts), body, header, ";", "h1=") {
+		return fail(ErrMismatch, "no Paddle-Signature h1 matches a secret")
 	}
-	return fail(ErrMismatch, "no Paddle-Signature h1 matches a secret")
+	return nil
 }

@@ -22,7 +22,11 @@ const standardWebhooksPrefix = "whsec_"
 // the signature header is a space-separated list of "<version>,<base64>";
 // entries of versions other than v1 (such as v1a, Ed25519) are skipped.
 type standardWebhooks struct {
-	keys      keyring
+	keys keyring
+	// signers is how many keys, from the first, sign a request again
+	// (Resign): 1, the first secret's; 2 for GitLab, the two readings of
+	// its first signing token.
+	signers   int
 	tolerance time.Duration
 }
 
@@ -40,7 +44,7 @@ func StandardWebhooks(o Options) (Verifier, error) {
 			return nil, fmt.Errorf("signature: standardwebhooks: secret %d of %d: %w", i+1, len(secrets), err)
 		}
 	}
-	return &standardWebhooks{keys: newKeyring(sha256.New, keys), tolerance: tolerance}, nil
+	return &standardWebhooks{keys: newKeyring(sha256.New, keys), signers: 1, tolerance: tolerance}, nil
 }
 
 // decodeStandardSecret returns the HMAC key of a "whsec_<base64>" secret.
@@ -56,7 +60,7 @@ func decodeStandardSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
-// headers returns the message ID, timestamp and signature list, from the
+// standardHeaders returns the message ID, timestamp and signature list, from the
 // webhook- headers or, when those are incomplete, from the svix- ones.
 func standardHeaders(h http.Header) (id, ts, sigs string) {
 	id, ts, sigs = h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature")
@@ -69,6 +73,13 @@ func standardHeaders(h http.Header) (id, ts, sigs string) {
 	return id, ts, sigs
 }
 
+// standardSets are the two spellings of the scheme's headers: ID,
+// timestamp and signature.
+var standardSets = [2][3]string{
+	{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"},
+	{"Svix-Id", "Svix-Timestamp", "Svix-Signature"},
+}
+
 // standardHeaderNames are the headers standardHeaders reads.
 var standardHeaderNames = []string{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature", "Svix-Id", "Svix-Timestamp", "Svix-Signature"}
 
@@ -76,27 +87,73 @@ func (v *standardWebhooks) Headers() []string { return slices.Clone(standardHead
 
 func (v *standardWebhooks) Verify(h http.Header, body []byte, now time.Time) error {
 	id, ts, sigs := standardHeaders(h)
-	switch {
-	case sigs == "":
-		return fail(ErrMissing, "no webhook-signature header")
-	case id == "":
-		return fail(ErrMissing, "no webhook-id header")
-	case ts == "":
-		return fail(ErrMissing, "no webhook-timestamp header")
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
+	sec, err := parseStandard(id, ts, sigs)
 	if err != nil {
-		return fail(ErrMalformed, "webhook-timestamp is not an integer")
+		return err
 	}
 	if err := checkAge(time.Unix(sec, 0), now, v.tolerance); err != nil {
 		return err
 	}
-	// The reference library signs the parsed timestamp, not the header text.
-	var pb [128]byte
-	prefix := append(pb[:0], id...)
+	return v.match(id, sec, sigs, body)
+}
+
+// Resign renews each complete set of headers that verifies, webhook- and
+// svix- (an app's library may read either): its timestamp becomes now, its
+// signature one "v1,<base64>" entry per signing key. Other entries, v1a
+// (Ed25519) ones too, are dropped: the proxy holds no private key. A set
+// that does not verify is left as it is; at least one must verify.
+func (v *standardWebhooks) Resign(h http.Header, body []byte, now time.Time) error {
+	id, ts, sigs := standardHeaders(h)
+	sec, err := parseStandard(id, ts, sigs)
+	if err != nil {
+		return err
+	}
+	if err := v.match(id, sec, sigs, body); err != nil {
+		return err
+	}
+	for _, set := range standardSets {
+		id, ts, sigs := h.Get(set[0]), h.Get(set[1]), h.Get(set[2])
+		if sec, err := parseStandard(id, ts, sigs); err != nil || v.match(id, sec, sigs, body) != nil {
+			continue
+		}
+		h.Set(set[1], strconv.FormatInt(now.Unix(), 10))
+		h.Set(set[2], v.sign(id, now.Unix(), body))
+	}
+	return nil
+}
+
+// parseStandard checks that the three headers are there and returns the
+// timestamp.
+func parseStandard(id, ts, sigs string) (sec int64, err error) {
+	switch {
+	case sigs == "":
+		return 0, fail(ErrMissing, "no webhook-signature header")
+	case id == "":
+		return 0, fail(ErrMissing, "no webhook-id header")
+	case ts == "":
+		return 0, fail(ErrMissing, "no webhook-timestamp header")
+	}
+	if sec, err = strconv.ParseInt(ts, 10, 64); err != nil {
+		return 0, fail(ErrMalformed, "webhook-timestamp is not an integer")
+	}
+	return sec, nil
+}
+
+// standardPrefix is what the scheme signs before the body:
+// "<id>.<timestamp>.". The reference library signs the parsed timestamp,
+// not the header's text.
+func standardPrefix(buf *[128]byte, id string, sec int64) []byte {
+	prefix := append(buf[:0], id...)
 	prefix = append(prefix, '.')
 	prefix = strconv.AppendInt(prefix, sec, 10)
-	prefix = append(prefix, '.')
+	return append(prefix, '.')
+}
+
+// match reports ErrMismatch unless a v1 entry of sigs is the MAC of the
+// signed string under some configured key.
+func (v *standardWebhooks) match(id string, sec int64, sigs string, body []byte) error {
+	var pb [128]byte
+	prefix := standardPrefix(&pb, id, sec)
 	var out [maxMACSize]byte
 	for _, k := range v.keys {
 		mac := k.sum(&out, prefix, body)
@@ -113,6 +170,19 @@ func (v *standardWebhooks) Verify(h http.Header, body []byte, now time.Time) err
 		}
 	}
 	return fail(ErrMismatch, "no webhook-signature v1 entry matches a secret")
+}
+
+// sign returns the signature header of a request signed at sec: one
+// "v1,<base64>" entry per signing key, space-separated.
+func (v *standardWebhooks) sign(id string, sec int64, body []byte) string {
+	var pb [128]byte
+	prefix := standardPrefix(&pb, id, sec)
+	var out [maxMACSize]byte
+	entries := make([]string, v.signers)
+	for i, k := range v.keys[:v.signers] {
+		entries[i] = "v1," + base64MAC.encode(k.sum(&out, prefix, body))
+	}
+	return strings.Join(entries, " ")
 }
 
 // gitLab verifies GitLab's two forms. A delivery carrying webhook-signature
@@ -151,7 +221,9 @@ func GitLab(o Options) (Verifier, error) {
 		signing = append(signing, key, []byte(s))
 	}
 	if len(signing) > 0 {
-		v.signed = &standardWebhooks{keys: newKeyring(sha256.New, signing), tolerance: tolerance}
+		// The first signing token's two readings sign a request again:
+		// whichever one GitLab uses, the app's library finds its entry.
+		v.signed = &standardWebhooks{keys: newKeyring(sha256.New, signing), signers: 2, tolerance: tolerance}
 	}
 	return v, nil
 }
@@ -178,4 +250,17 @@ func (v *gitLab) Verify(h http.Header, body []byte, now time.Time) error {
 		}
 	}
 	return fail(ErrMismatch, "X-Gitlab-Token matches no secret")
+}
+
+// Resign renews a request signed with a signing token (webhook-signature)
+// with both readings of the first one. The legacy X-Gitlab-Token form
+// signs no timestamp: such a request is left as it is.
+func (v *gitLab) Resign(h http.Header, body []byte, now time.Time) error {
+	if h.Get("Webhook-Signature") == "" {
+		return nil
+	}
+	if v.signed == nil {
+		return fail(ErrMismatch, "webhook-signature present but no secret is a whsec_ signing token")
+	}
+	return v.signed.Resign(h, body, now)
 }

@@ -18,6 +18,8 @@ type timestamped struct {
 	tsHeader  string
 	// parseTime reads tsHeader's value; ok is false when it is malformed.
 	parseTime func(string) (t time.Time, ok bool)
+	// formatTime writes a timestamp as the sender does, for Resign.
+	formatTime func(time.Time) string
 	// idHeader is signed before the timestamp (Twitch's message ID). Empty
 	// if the scheme signs no ID.
 	idHeader string
@@ -36,48 +38,91 @@ func (v *timestamped) Headers() []string {
 }
 
 func (v *timestamped) Verify(h http.Header, body []byte, now time.Time) error {
-	value := h.Get(v.sigHeader)
-	if value == "" {
-		return fail(ErrMissing, "no "+v.sigHeader+" header")
-	}
-	ts := h.Get(v.tsHeader)
-	if ts == "" {
-		return fail(ErrMissing, "no "+v.tsHeader+" header")
-	}
-	var id string
-	if v.idHeader != "" {
-		if id = h.Get(v.idHeader); id == "" {
-			return fail(ErrMissing, "no "+v.idHeader+" header")
-		}
-	}
-	signed, ok := v.parseTime(ts)
-	if !ok {
-		return fail(ErrMalformed, v.tsHeader+" is not a valid timestamp")
-	}
-	encoded, ok := strings.CutPrefix(value, v.label)
-	if !ok {
-		return fail(ErrMalformed, v.sigHeader+" does not start with "+v.label)
-	}
-	var buf [maxMACSize]byte
-	sig, ok := v.enc.decode(&buf, encoded, sha256.Size)
-	if !ok {
-		return fail(ErrMalformed, v.sigHeader+" is not a MAC of the expected encoding and length")
-	}
-	if err := checkAge(signed, now, v.tolerance); err != nil {
+	r, err := v.parse(h)
+	if err != nil {
 		return err
 	}
+	if err := checkAge(r.signed, now, v.tolerance); err != nil {
+		return err
+	}
+	return v.match(r, body)
+}
+
+// Resign sets the timestamp header to now, written as the sender writes
+// it, and the signature header to its MAC under the first secret.
+func (v *timestamped) Resign(h http.Header, body []byte, now time.Time) error {
+	r, err := v.parse(h)
+	if err != nil {
+		return err
+	}
+	if err := v.match(r, body); err != nil {
+		return err
+	}
+	ts := v.formatTime(now)
 	var pb [128]byte
-	prefix := pb[:0]
+	var out [maxMACSize]byte
+	mac := v.keys[0].sum(&out, v.prefix(&pb, r.id, ts), body)
+	h.Set(v.tsHeader, ts)
+	h.Set(v.sigHeader, v.label+v.enc.encode(mac))
+	return nil
+}
+
+// stamped is what a request carries of a timestamped scheme.
+type stamped struct {
+	ts, id string // the timestamp header's text; the ID header's, if signed
+	signed time.Time
+	mac    string // the signature header's MAC, known to decode
+}
+
+// parse reads the scheme's headers from h.
+func (v *timestamped) parse(h http.Header) (stamped, error) {
+	value := h.Get(v.sigHeader)
+	if value == "" {
+		return stamped{}, fail(ErrMissing, "no "+v.sigHeader+" header")
+	}
+	r := stamped{ts: h.Get(v.tsHeader)}
+	if r.ts == "" {
+		return stamped{}, fail(ErrMissing, "no "+v.tsHeader+" header")
+	}
+	if v.idHeader != "" {
+		if r.id = h.Get(v.idHeader); r.id == "" {
+			return stamped{}, fail(ErrMissing, "no "+v.idHeader+" header")
+		}
+	}
+	var ok bool
+	if r.signed, ok = v.parseTime(r.ts); !ok {
+		return stamped{}, fail(ErrMalformed, v.tsHeader+" is not a valid timestamp")
+	}
+	if r.mac, ok = strings.CutPrefix(value, v.label); !ok {
+		return stamped{}, fail(ErrMalformed, v.sigHeader+" does not start with "+v.label)
+	}
+	var buf [maxMACSize]byte
+	if _, ok = v.enc.decode(&buf, r.mac, sha256.Size); !ok {
+		return stamped{}, fail(ErrMalformed, v.sigHeader+" is not a MAC of the expected encoding and length")
+	}
+	return r, nil
+}
+
+// prefix is what the scheme signs before the body:
+// "{version}:{ts}:" (Slack, Zoom) or "{id}{ts}".
+func (v *timestamped) prefix(buf *[128]byte, id, ts string) []byte {
+	prefix := buf[:0]
 	if v.version != "" {
 		prefix = append(prefix, v.version...)
 		prefix = append(prefix, ':')
 		prefix = append(prefix, ts...)
-		prefix = append(prefix, ':')
-	} else {
-		prefix = append(prefix, id...)
-		prefix = append(prefix, ts...)
+		return append(prefix, ':')
 	}
-	if !v.keys.match(prefix, body, sig) {
+	prefix = append(prefix, id...)
+	return append(prefix, ts...)
+}
+
+// match reports ErrMismatch unless r's MAC signs body under some secret.
+func (v *timestamped) match(r stamped, body []byte) error {
+	var buf [maxMACSize]byte
+	sig, _ := v.enc.decode(&buf, r.mac, sha256.Size)
+	var pb [128]byte
+	if !v.keys.match(v.prefix(&pb, r.id, r.ts), body, sig) {
 		return fail(ErrMismatch, v.sigHeader+" matches no secret")
 	}
 	return nil
@@ -103,12 +148,20 @@ func rfc3339(s string) (time.Time, bool) {
 	return t, err == nil
 }
 
+func formatUnix(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
+
+// formatRFC3339Nano writes Twitch's form: UTC, nanoseconds kept.
+func formatRFC3339Nano(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// formatRFC3339 writes Zendesk's form: UTC, whole seconds.
+func formatRFC3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
 // Slack verifies X-Slack-Signature: v0=<hex HMAC-SHA256> over
 // "v0:{X-Slack-Request-Timestamp}:{body}", keyed with the signing secret.
 func Slack(o Options) (Verifier, error) {
 	return newTimestamped("slack", o, timestamped{
 		sigHeader: "X-Slack-Signature", label: "v0=", enc: hexMAC,
-		tsHeader: "X-Slack-Request-Timestamp", parseTime: unixSeconds,
+		tsHeader: "X-Slack-Request-Timestamp", parseTime: unixSeconds, formatTime: formatUnix,
 		version: "v0",
 	})
 }
@@ -119,7 +172,7 @@ func Slack(o Options) (Verifier, error) {
 func Zoom(o Options) (Verifier, error) {
 	return newTimestamped("zoom", o, timestamped{
 		sigHeader: "X-Zm-Signature", label: "v0=", enc: hexMAC,
-		tsHeader: "X-Zm-Request-Timestamp", parseTime: unixSeconds,
+		tsHeader: "X-Zm-Request-Timestamp", parseTime: unixSeconds, formatTime: formatUnix,
 		version: "v0",
 	})
 }
@@ -130,7 +183,7 @@ func Zoom(o Options) (Verifier, error) {
 func Twitch(o Options) (Verifier, error) {
 	return newTimestamped("twitch", o, timestamped{
 		sigHeader: "Twitch-Eventsub-Message-Signature", label: "sha256=", enc: hexMAC,
-		tsHeader: "Twitch-Eventsub-Message-Timestamp", parseTime: rfc3339,
+		tsHeader: "Twitch-Eventsub-Message-Timestamp", parseTime: rfc3339, formatTime: formatRFC3339Nano,
 		idHeader: "Twitch-Eventsub-Message-Id",
 	})
 }
@@ -141,6 +194,6 @@ func Twitch(o Options) (Verifier, error) {
 func Zendesk(o Options) (Verifier, error) {
 	return newTimestamped("zendesk", o, timestamped{
 		sigHeader: "X-Zendesk-Webhook-Signature", enc: base64MAC,
-		tsHeader: "X-Zendesk-Webhook-Signature-Timestamp", parseTime: rfc3339,
+		tsHeader: "X-Zendesk-Webhook-Signature-Timestamp", parseTime: rfc3339, formatTime: formatRFC3339,
 	})
 }

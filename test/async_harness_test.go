@@ -24,13 +24,23 @@ func asyncEnv(app string, more map[string]string) map[string]string {
 		"RETRY_MAX_INTERVAL":     "200ms",
 		"ADMIN_TOKEN":            adminToken,
 	}
-	for k, v := range signedSecrets {
+	for k, v := range asyncSecrets {
 		env[k] = v
 	}
 	for k, v := range more {
 		env[k] = v
 	}
 	return env
+}
+
+// asyncSecrets are the proxy's secrets on async routes: every preset's of
+// allProviders, since an async route refuses to start on a preset whose
+// signatures it does not verify.
+var asyncSecrets = map[string]string{
+	"STRIPE_WEBHOOK_SECRET":    stripeSecret,
+	"GITHUB_WEBHOOK_SECRET":    githubSecret,
+	"SHOPIFY_WEBHOOK_SECRET":   shopifySecret,
+	"STANDARD_WEBHOOKS_SECRET": standardSecret,
 }
 
 // asyncEvent is the admin API's view of an async event.

@@ -373,8 +373,9 @@ func TestAsyncRouteOverrides(t *testing.T) {
 func TestAsyncRefusedInMemory(t *testing.T) {
 	t.Parallel()
 	for _, env := range []map[string]string{
-		{"UPSTREAM_URL": "http://127.0.0.1:1", "DELIVERY": "async"},
-		{"UPSTREAM_URL": "http://127.0.0.1:1", "ROUTES": "/webhooks/github=github;async"},
+		// Secrets, so that the store is what is refused.
+		{"UPSTREAM_URL": "http://127.0.0.1:1", "DELIVERY": "async", "STRIPE_WEBHOOK_SECRET": stripeSecret},
+		{"UPSTREAM_URL": "http://127.0.0.1:1", "ROUTES": "/webhooks/github=github;async", "GITHUB_WEBHOOK_SECRET": githubSecret},
 	} {
 		code, logs, err := runToExit(t, env)
 		if err != nil || code != 2 || !strings.Contains(logs, "DELIVERY") || !strings.Contains(logs, "DATA_DIR") {

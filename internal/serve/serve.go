@@ -73,7 +73,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
-	queue, workers := asyncDelivery(ctx, cfg, backend, reg, log)
+	queue, workers := asyncDelivery(ctx, cfg, backend, routes, reg, log)
 	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
@@ -264,11 +264,12 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 	var errs []error
 	used := map[string]bool{}
 	for _, spec := range cfg.RouteSpecs {
-		src, err := providers.ParseSource(spec.Path, spec.Source, cfg.ProviderOptions())
+		src, err := providers.ParseSource(spec.Path, spec.Source, cfg.SourceOptions(spec))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ROUTES: %s=%s: %w", spec.Path, spec.Source, err))
 			continue
 		}
+		warnUnverifiedAsync(spec, src, log)
 		for _, name := range src.PresetNames() {
 			used[name] = true
 		}
@@ -332,7 +333,7 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // none is but the store still holds events that async routes queued (a
 // route rolled back from async to sync): they were answered 202, so they
 // are delivered, never stranded. Otherwise it returns nils.
-func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
+func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if backend.Queue == nil || (!cfg.AsyncRoutes() && !stillQueued(ctx, cfg, backend.Queue, log)) {
@@ -340,6 +341,10 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 	}
 	queue := backend.Queue
 	dlog := log.Named("delivery")
+	var resign func(route, namespace string) delivery.Resigner // nil: RESIGN=off
+	if cfg.Resign == config.ResignAuto {
+		resign = resigners(routes)
+	}
 	workers := delivery.New(delivery.Config{
 		Queue:           queue,
 		Upstream:        cfg.Upstream,
@@ -358,6 +363,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		MaxAttempts:     cfg.RetryMaxAttempts,
 		MaxAge:          cfg.RetryMaxAge,
 		DeadLetterTTL:   cfg.DeadLetterTTL,
+		Resigners:       resign,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, queue, dlog),

@@ -15,7 +15,9 @@ import (
 
 func load(t *testing.T, env map[string]string) (*config.Config, error) {
 	t.Helper()
-	base := map[string]string{"UPSTREAM_URL": "http://127.0.0.1:3000"}
+	// A Stripe secret, so that async routes (auto, stripe) verify what
+	// they queue, as configuration requires.
+	base := map[string]string{"UPSTREAM_URL": "http://127.0.0.1:3000", "STRIPE_WEBHOOK_SECRET": "whsec_x"}
 	for k, v := range env {
 		base[k] = v
 	}

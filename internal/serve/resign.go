@@ -1,0 +1,52 @@
+package serve
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/delivery"
+	"github.com/webhook-dedup/webhook-dedup/providers"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
+)
+
+// resigners is RESIGN=auto: for a queued request's route and namespace,
+// the Resigner of the preset that verified it, as the routes are
+// configured now. The current configuration is the one that counts: after
+// a secret rotation, the app expects the new first secret. nil for a route
+// or a preset that signs no header-borne timestamp, or that verifies
+// nothing (no secret).
+func resigners(routes []proxy.Route) func(route, namespace string) delivery.Resigner {
+	sources := make(map[string]*providers.Source, len(routes))
+	for _, r := range routes {
+		sources[r.Path] = r.Source
+	}
+	return func(route, namespace string) delivery.Resigner {
+		src := sources[route]
+		if src == nil {
+			return nil
+		}
+		e := src.Extractor(namespace)
+		if e == nil {
+			return nil
+		}
+		return e.Resigner
+	}
+}
+
+// warnUnverifiedAsync logs, at start, an async route that accepts a
+// preset's webhooks without verifying them, which configuration refuses
+// unless ALLOW_UNVERIFIED_ASYNC accepts the risk.
+func warnUnverifiedAsync(spec config.RouteSpec, src *providers.Source, log *zap.Logger) {
+	if spec.Delivery != proxy.AsyncDelivery {
+		return
+	}
+	var names []string
+	for _, p := range src.Unverified() {
+		names = append(names, p.Name)
+	}
+	if len(names) == 0 {
+		return
+	}
+	log.Warn("ALLOW_UNVERIFIED_ASYNC: an async route queues these senders' webhooks without verifying their signatures: a forged request carrying a real event ID is answered 202 and the genuine event then a duplicate the app never sees",
+		zap.String("route", spec.Path), zap.Strings("unverified", names))
+}
