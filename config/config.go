@@ -530,7 +530,7 @@ func Variables() []Variable {
 func WriteUsage(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
-	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate [--print] | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | check | healthcheck | migrate [--print] | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
 	fmt.Fprintln(tw, "Configured by environment variables:")
 	fmt.Fprintln(tw)
 	for _, v := range Variables() {

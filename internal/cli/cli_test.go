@@ -22,6 +22,9 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	if err := run(context.Background(), []string{"-h"}, nil, &out, &out); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(out.String(), "| check |") {
+		t.Errorf("-h does not name the check command")
+	}
 	for _, v := range config.Variables() {
 		if !regexp.MustCompile(`(?m)^` + v.Name + `\s`).MatchString(out.String()) {
 			t.Errorf("-h does not list %s", v.Name)
