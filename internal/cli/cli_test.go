@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -46,12 +47,15 @@ func TestConfigErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// TestVersion: one line, the semantic version then the commit and the Go
+// release, each once.
 func TestVersion(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"version"}, nil, &out, &out); err != nil {
+	build := serve.Build{Version: "0.4.0-dev", Commit: "abc1234"}
+	if err := Run(context.Background(), []string{"version"}, nil, &out, &out, build); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out.String(), "webhook-dedup dev (commit unknown, go") {
-		t.Fatalf("version printed %q", out.String())
+	if want := "webhook-dedup 0.4.0-dev (commit abc1234, " + runtime.Version() + ")\n"; out.String() != want {
+		t.Fatalf("version printed %q, want %q", out.String(), want)
 	}
 }
