@@ -117,6 +117,8 @@ func TestCheckBadConfiguration(t *testing.T) {
 		{"a value that does not parse", map[string]string{"UPSTREAM_TIMEOUT": "soon"}, []string{"UPSTREAM_TIMEOUT"}},
 		{"an unknown preset", map[string]string{"ROUTES": "/a=nosuchpreset"}, []string{"ROUTES"}},
 		{"a log level", map[string]string{"LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
+		{"an address that is not host:port", map[string]string{"LISTEN_ADDR": "8080"}, []string{"LISTEN_ADDR"}},
+		{"both ports on one", map[string]string{"LISTEN_ADDR": ":8080", "ADMIN_ADDR": "127.0.0.1:8080"}, []string{"ADMIN_ADDR", "LISTEN_ADDR"}},
 		{"two stores", map[string]string{"REDIS_URL": "redis://redis:6379", "DATABASE_URL": "postgres://db/x"}, []string{"DATABASE_URL", "REDIS_URL"}},
 		{"async without a store that keeps a queue", map[string]string{"DELIVERY": "async", "ROUTES": "/acme=header:X-Acme-Id", "DYNAMODB_TABLE": "webhooks"}, []string{"DELIVERY"}},
 		{"two mistakes", map[string]string{"UPSTREAM_TIMEOUT": "soon", "LOG_FORMAT": "xml"}, []string{"UPSTREAM_TIMEOUT", "LOG_FORMAT"}},
