@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # webhook-dedup's image: a static binary on distroless, running as non-root.
-#   docker build --build-arg VERSION=$(git describe --tags --always) \
-#     --build-arg COMMIT=$(git rev-parse --short HEAD) -t webhook-dedup .
+#   docker build --build-arg COMMIT=$(git rev-parse --short HEAD) -t webhook-dedup .
+# The version is the VERSION file's (the binary embeds it); --build-arg
+# VERSION=… overrides it.
 # k8s/dockerfile_test.go runs this file's go build and checks what it makes.
 
 # The builder runs on the build machine's platform and cross-compiles, so
@@ -16,10 +17,12 @@ COPY . .
 # Set by BuildKit from --platform.
 ARG TARGETOS
 ARG TARGETARCH
-ARG VERSION=dev
-ARG COMMIT=unknown
-# Static (no cgo), no local paths in the binary, version stamped for
-# `webhook-dedup version`.
+# Empty: the VERSION file's version, and commit "unknown" (the context
+# holds no .git to read it from).
+ARG VERSION=
+ARG COMMIT=
+# Static (no cgo), no local paths in the binary, version and commit
+# stamped for `webhook-dedup version`.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \

@@ -5,8 +5,12 @@
 
 GO       ?= go
 FUZZTIME ?= 30000x
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The version is written in one place, the VERSION file (X.Y.Z-dev between
+# releases); the binary embeds it, and stamping it here only lets
+# `make build VERSION=…` override it. The commit is stamped apart: the
+# abbreviated hash, "-dirty" with uncommitted changes.
+VERSION  ?= $(shell cat VERSION)
+COMMIT   ?= $(shell git describe --always --dirty --abbrev=7 --exclude='*' 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STATICCHECK_VERSION := v0.8.2

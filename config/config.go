@@ -256,6 +256,19 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 			}
 		}
 	}
+	// What binding would refuse, said with the rest rather than after the
+	// store was opened; the commands that only reach the store bind
+	// nothing.
+	if needUpstream {
+		for _, l := range []struct{ name, addr string }{{"LISTEN_ADDR", c.ListenAddr}, {"ADMIN_ADDR", c.AdminAddr}} {
+			if err := listenError(l.addr); err != nil {
+				bad(l.name, "%v", err)
+			}
+		}
+		if listenersClash(c.ListenAddr, c.AdminAddr) {
+			bad("ADMIN_ADDR", "%s takes the port of LISTEN_ADDR (%s): give each its own", c.AdminAddr, c.ListenAddr)
+		}
+	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
 			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL")
@@ -530,7 +543,7 @@ func Variables() []Variable {
 func WriteUsage(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
-	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | healthcheck | migrate [--print] | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | check | healthcheck | migrate [--print] | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
 	fmt.Fprintln(tw, "Configured by environment variables:")
 	fmt.Fprintln(tw)
 	for _, v := range Variables() {

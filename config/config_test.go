@@ -49,6 +49,10 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"ON_STORE_ERROR": "ignore"}, "ON_STORE_ERROR"},
 		{map[string]string{"ON_MISSING_ID": "drop"}, "ON_MISSING_ID"},
 		{map[string]string{"INFLIGHT_STATUS": "200"}, "INFLIGHT_STATUS"},
+		{map[string]string{"LISTEN_ADDR": "8080"}, "LISTEN_ADDR"},
+		{map[string]string{"LISTEN_ADDR": ":no-such-service"}, "LISTEN_ADDR"},
+		{map[string]string{"ADMIN_ADDR": "127.0.0.1:99999"}, "ADMIN_ADDR"},
+		{map[string]string{"LISTEN_ADDR": ":8080", "ADMIN_ADDR": "127.0.0.1:8080"}, "ADMIN_ADDR"},
 		{map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
 		{map[string]string{"REPLAY_RESPONSE": "perhaps"}, "REPLAY_RESPONSE"},
@@ -229,6 +233,21 @@ func TestMaxBufferedBytes(t *testing.T) {
 			t.Errorf("Load(%v): %v", tc.set, err)
 		} else if cfg.MaxBufferedBytes != tc.want {
 			t.Errorf("Load(%v): MaxBufferedBytes = %d, want %d", tc.set, cfg.MaxBufferedBytes, tc.want)
+		}
+	}
+}
+
+// TestListenAddresses: what net.Listen takes is accepted, two listeners on
+// port 0 or on ports of their own included.
+func TestListenAddresses(t *testing.T) {
+	for _, addrs := range [][2]string{
+		{":8080", ":9090"}, {"127.0.0.1:0", "127.0.0.1:0"}, {"[::1]:8080", "localhost:9090"},
+		{":http", "127.0.0.1:9090"}, {"10.0.0.1:8080", "10.0.0.2:8080"},
+	} {
+		env := base()
+		env["LISTEN_ADDR"], env["ADMIN_ADDR"] = addrs[0], addrs[1]
+		if _, err := Load(env); err != nil {
+			t.Errorf("LISTEN_ADDR=%s ADMIN_ADDR=%s: %v", addrs[0], addrs[1], err)
 		}
 	}
 }

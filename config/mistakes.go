@@ -97,3 +97,31 @@ func isUnspecified(h string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsUnspecified()
 }
+
+// listenError is what is wrong with addr, LISTEN_ADDR or ADMIN_ADDR, that
+// only binding it would otherwise tell (exit status 1, after the store was
+// opened): not host:port, or a port that is neither a number nor a
+// service name. A host that does not resolve is left to the bind.
+func listenError(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (e.g. :8080 or 127.0.0.1:8080)", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q: %w", addr, err)
+	}
+	return nil
+}
+
+// listenersClash reports whether LISTEN_ADDR and ADMIN_ADDR would take the
+// same port: the same fixed port, on the same host or with either on every
+// address of the machine (the second bind fails).
+func listenersClash(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" || pa == "" {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || isUnspecified(h) }
+	return strings.EqualFold(ha, hb) || sameIP(ha, hb) || wildcard(ha) || wildcard(hb)
+}

@@ -65,10 +65,13 @@ func TestImageBinaryVersionIsStamped(t *testing.T) {
 	if err != nil {
 		t.Fatalf("webhook-dedup version: %v\n%s", err, out)
 	}
-	for _, want := range []string{buildVersion, buildCommit, info.GoVersion} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("webhook-dedup version printed %q, want it to contain %q", out, want)
-		}
+	file, err := os.ReadFile(filepath.Join(repoRoot(t), "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("webhook-dedup %s (commit %s, %s)\n", strings.TrimSpace(string(file)), buildCommit, info.GoVersion)
+	if string(out) != want {
+		t.Errorf("webhook-dedup version printed %q, want %q", out, want)
 	}
 }
 

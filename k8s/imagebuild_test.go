@@ -13,12 +13,10 @@ import (
 	"testing"
 )
 
-// The values the test passes as --build-arg; `webhook-dedup version` must
-// print them.
-const (
-	buildVersion = "v9.8.7-k8s-test"
-	buildCommit  = "c0ffee1"
-)
+// buildCommit is the commit the test passes as --build-arg, as
+// docs/kubernetes.md does; `webhook-dedup version` must print it, with the
+// VERSION file's version (no VERSION build argument is passed).
+const buildCommit = "c0ffee1"
 
 // workDir holds what the tests build; TestMain removes it.
 var workDir string
@@ -135,7 +133,6 @@ func buildLikeDockerfile(dir string) (*imageBuild, error) {
 	script = strings.ReplaceAll(script, out[1], binary)
 
 	buildArgs := map[string]string{
-		"VERSION":    buildVersion,
 		"COMMIT":     buildCommit,
 		"TARGETOS":   runtime.GOOS,
 		"TARGETARCH": runtime.GOARCH,

@@ -3,6 +3,7 @@ package k8s
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -15,20 +16,8 @@ const imagePin = "image/webhook-dedup.yaml"
 // webhook-dedup image, so changing the version is one edit, and every
 // variant renders the tag imagePin sets.
 func TestImageTagInOnePlace(t *testing.T) {
-	pin, err := os.ReadFile(imagePin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tag string
-	for _, line := range strings.Split(string(pin), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "newTag:"); ok {
-			tag = strings.TrimSpace(v)
-		}
-	}
-	if tag == "" {
-		t.Fatalf("%s sets no newTag", imagePin)
-	}
-	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+	tag := pinnedTag(t)
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.ToSlash(path) == imagePin || (!strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml")) {
 			return err
 		}
@@ -56,5 +45,55 @@ func TestImageTagInOnePlace(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// pinnedTag is the tag imagePin sets.
+func pinnedTag(t *testing.T) string {
+	t.Helper()
+	tag := pinned(t, "newTag")
+	if tag == "" {
+		t.Fatalf("%s sets no newTag", imagePin)
+	}
+	return tag
+}
+
+// pinned is the value imagePin gives field (newTag, newName); empty if
+// none.
+func pinned(t *testing.T, field string) string {
+	t.Helper()
+	pin, err := os.ReadFile(imagePin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var value string
+	for _, line := range strings.Split(string(pin), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			value = strings.TrimSpace(v)
+		}
+	}
+	return value
+}
+
+// TestImageTagIsTheLatestRelease: the manifests run the project's latest
+// release in CHANGELOG.md, so that a release (VERSION, CHANGELOG.md, this
+// pin: the root package's TestVersionFile ties the first two) cannot leave
+// them on the previous one, nor point them at a development version. An
+// image of your own registry (newName) is tagged as you built it.
+func TestImageTagIsTheLatestRelease(t *testing.T) {
+	if name := pinned(t, "newName"); name != "" {
+		t.Logf("%s runs %s, an image of your own: any tag goes", imagePin, name)
+		return
+	}
+	changelog, err := os.ReadFile(filepath.Join(repoRoot(t), "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## \[(\d+\.\d+\.\d+)\]`).FindSubmatch(changelog)
+	if m == nil {
+		t.Fatal("CHANGELOG.md has no release section (## [X.Y.Z])")
+	}
+	if tag := pinnedTag(t); tag != string(m[1]) {
+		t.Errorf("%s pins the tag %s; CHANGELOG.md's latest release is %s", imagePin, tag, m[1])
 	}
 }

@@ -31,7 +31,8 @@ var awsSDKVariables = map[string]bool{"AWS_REGION": true, "AWS_ENDPOINT_URL_DYNA
 // TestSidecarInvariants checks, in every variant, what keeps webhooks from
 // bypassing deduplication and the pod from losing them on the way down.
 func TestSidecarInvariants(t *testing.T) {
-	known := binaryVariables(t, builtBinary(t).binary)
+	binary := builtBinary(t).binary
+	known := binaryVariables(t, binary)
 	for _, v := range variants {
 		t.Run(v.dir, func(t *testing.T) {
 			t.Parallel()
@@ -61,6 +62,7 @@ func TestSidecarInvariants(t *testing.T) {
 				checkOneStore(t, p)
 				checkDynamoDB(t, m, p)
 				checkPostgres(t, m, p)
+				checkStarts(t, binary, p)
 				pods = append(pods, p)
 			}
 			for _, s := range m.statefulSets {

@@ -53,18 +53,26 @@ func (h *Handler) logWebhook(r *http.Request, wh *webhook, res result) {
 }
 
 // logLevel is error when a lease could not be settled (its claim stays
-// until its lease expires), warn for what an operator should look at, info
-// for the rest.
+// until its lease expires), warn for what an operator should look at (the
+// app failing among it: no answer, or a 5xx relayed from it), info for
+// the rest.
 func logLevel(res result) zapcore.Level {
 	switch {
 	case res.settleErr != nil && !errors.Is(res.settleErr, dedup.ErrNotOwner):
 		return zap.ErrorLevel
 	case res.settleErr != nil, res.mismatch,
 		res.outcome == outcomeInvalidSignature, res.outcome == outcomeStoreUnavailable, res.outcome == outcomeUpstreamError,
-		res.outcome == outcomeForwardedUnchecked && res.err != nil && !errors.Is(res.err, providers.ErrNoID):
+		res.outcome == outcomeForwardedUnchecked && res.err != nil && !errors.Is(res.err, providers.ErrNoID),
+		res.status >= 500 && relayed(res.outcome):
 		return zap.WarnLevel
 	}
 	return zap.InfoLevel
+}
+
+// relayed reports whether a webhook with outcome was answered with the
+// upstream's own response, rather than one the proxy wrote.
+func relayed(outcome string) bool {
+	return outcome == outcomeForwarded || outcome == outcomeForwardedUnchecked || outcome == outcomeShadowDuplicate
 }
 
 // loggedID is the event ID the log line names: the one claimed for or, for

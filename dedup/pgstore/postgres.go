@@ -49,9 +49,14 @@ type Config struct {
 	// every second in the background until it succeeds.
 	AutoMigrate bool
 	// Failed, if set, is told why a background task ("migrate" or
-	// "prune") failed (a log line); each tries again later by itself.
-	// Nil: nobody is told.
+	// "prune") failed (a log line); each tries again later by itself. It
+	// is told once per change, not at every attempt: again when the task
+	// fails otherwise (a *ConnectError's server or reason changed, or
+	// another error), and Recovered once it succeeds. Nil: nobody is told.
 	Failed func(task string, err error)
+	// Recovered, if set, is told that a task Failed was told of has
+	// succeeded since. Nil: nobody is told.
+	Recovered func(task string)
 }
 
 // Store is a store kept in PostgreSQL: one row per event ID in a table
@@ -68,9 +73,10 @@ type Store struct {
 
 	batch  int
 	pruned func(int)
-	failed func(string, error)
-	stop   context.CancelFunc
-	done   sync.WaitGroup
+	// reports tells Failed and Recovered of the background tasks.
+	reports *reporter
+	stop    context.CancelFunc
+	done    sync.WaitGroup
 
 	keyPrefix string
 	// owner checks that the key prefix is this app's (see CheckOwner).
@@ -132,21 +138,25 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		pool: pool, prefix: cfg.TablePrefix, sql: newStatements(cfg.TablePrefix), timeout: cfg.Timeout,
-		batch: cfg.PruneBatch, pruned: cfg.Pruned, failed: cfg.Failed,
+		batch: cfg.PruneBatch, pruned: cfg.Pruned,
+		reports:   &reporter{failed: cfg.Failed, recovered: cfg.Recovered, last: map[string]string{}},
 		keyPrefix: cfg.KeyPrefix,
 	}
 	s.owner = storeop.Owner{App: cfg.AppName, Where: fmt.Sprintf("%q in %sowners", cfg.KeyPrefix, cfg.TablePrefix), Read: func(ctx context.Context) (string, error) {
 		return s.readOwner(ctx, cfg.AppName)
 	}}
-	if s.failed == nil {
-		s.failed = func(string, error) {}
+	if s.reports.failed == nil {
+		s.reports.failed = func(string, error) {}
+	}
+	if s.reports.recovered == nil {
+		s.reports.recovered = func(string) {}
 	}
 	var ctx context.Context
 	ctx, s.stop = context.WithCancel(context.Background())
 	s.background = ctx
 	if cfg.AutoMigrate {
 		if err := s.Migrate(ctx); err != nil {
-			s.failed("migrate", err)
+			s.reports.report("migrate", err)
 			s.done.Go(func() { s.migrateUntilDone(ctx) })
 		}
 	}
@@ -376,7 +386,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, s.sql.ping); err != nil {
-		return fmt.Errorf("dedup: ping: %w", err)
+		return fmt.Errorf("dedup: ping: %w", connectError(err))
 	}
 	// A standby, or a database whose transactions are read-only, answers
 	// every read and refuses every claim.
@@ -412,7 +422,7 @@ func (s *Store) readOwner(ctx context.Context, appName string) (string, error) {
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
-		return owner, err
+		return owner, connectError(err)
 	}
 	return "", fmt.Errorf("no answer after %d attempts", claimAttempts)
 }
@@ -425,7 +435,7 @@ func (s *Store) readOwner(ctx context.Context, appName string) (string, error) {
 func (s *Store) Prune(ctx context.Context) (int, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("dedup: prune: %w", err)
+		return 0, fmt.Errorf("dedup: prune: %w", connectError(err))
 	}
 	defer conn.Release()
 	key := s.lockKey("prune")
@@ -464,8 +474,8 @@ func (s *Store) Prune(ctx context.Context) (int, error) {
 func (s *Store) pruneEvery(ctx context.Context, interval time.Duration) {
 	storeop.Every(ctx, interval, func() bool {
 		n, err := s.Prune(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.failed("prune", err)
+		if ctx.Err() == nil {
+			s.reports.report("prune", err)
 		}
 		if n > 0 && s.pruned != nil {
 			s.pruned(n)
@@ -479,8 +489,8 @@ func (s *Store) pruneEvery(ctx context.Context, interval time.Duration) {
 func (s *Store) migrateUntilDone(ctx context.Context) {
 	storeop.Every(ctx, time.Second, func() bool {
 		err := s.Migrate(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.failed("migrate", err)
+		if ctx.Err() == nil {
+			s.reports.report("migrate", err)
 		}
 		return err == nil
 	})

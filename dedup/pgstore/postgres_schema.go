@@ -98,7 +98,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("dedup: create tables %srecords, %squeue and %sowners: %w", s.prefix, s.prefix, s.prefix, err)
+		return fmt.Errorf("dedup: create tables %srecords, %squeue and %sowners: %w", s.prefix, s.prefix, s.prefix, connectError(err))
 	}
 	return nil
 }

@@ -57,6 +57,8 @@ func Run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return printVersion(stdout, build)
 	case "serve":
 		return serve.Run(ctx, environ, stderr, build)
+	case "check":
+		return check(args, environ, stdout, stderr)
 	case "healthcheck":
 		return healthcheck(ctx, environ, stdout)
 	case "migrate":

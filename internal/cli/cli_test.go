@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -21,6 +22,9 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"-h"}, nil, &out, &out); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| check |") {
+		t.Errorf("-h does not name the check command")
 	}
 	for _, v := range config.Variables() {
 		if !regexp.MustCompile(`(?m)^` + v.Name + `\s`).MatchString(out.String()) {
@@ -43,12 +47,15 @@ func TestConfigErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// TestVersion: one line, the semantic version then the commit and the Go
+// release, each once.
 func TestVersion(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"version"}, nil, &out, &out); err != nil {
+	build := serve.Build{Version: "0.4.0-dev", Commit: "abc1234"}
+	if err := Run(context.Background(), []string{"version"}, nil, &out, &out, build); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out.String(), "webhook-dedup dev (commit unknown, go") {
-		t.Fatalf("version printed %q", out.String())
+	if want := "webhook-dedup 0.4.0-dev (commit abc1234, " + runtime.Version() + ")\n"; out.String() != want {
+		t.Fatalf("version printed %q, want %q", out.String(), want)
 	}
 }

@@ -326,16 +326,12 @@ func (s *Server) URL(database string) string {
 func (s *Server) NewDatabase(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("test_%d", s.dbs.Add(1))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.URL("postgres"))
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("pgtest: create database %s: %v", name, err)
-	}
+	s.asPostgres(t, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+			return fmt.Errorf("create database %s: %w", name, err)
+		}
+		return nil
+	})
 	return s.URL(name)
 }
 

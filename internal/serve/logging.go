@@ -23,9 +23,9 @@ const logFlushInterval = time.Second
 // more than encoding the line. The price: a process killed outright
 // (SIGKILL, out of memory) loses at most that last second of lines.
 func newLogger(cfg *config.Config, w io.Writer) (log *zap.Logger, stop func() error, err error) {
-	level, err := zapcore.ParseLevel(cfg.LogLevel)
+	level, err := logLevel(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("LOG_LEVEL: %w", err)
+		return nil, nil, err
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "ts"
@@ -43,4 +43,14 @@ func newLogger(cfg *config.Config, w io.Writer) (log *zap.Logger, stop func() er
 		FlushInterval: logFlushInterval,
 	}
 	return zap.New(zapcore.NewCore(enc, buffered, level)), buffered.Stop, nil
+}
+
+// logLevel is LOG_LEVEL as zap reads it; Check runs it too, so that a
+// level zap refuses fails the check as it would fail serving.
+func logLevel(cfg *config.Config) (zapcore.Level, error) {
+	level, err := zapcore.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return level, fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	return level, nil
 }

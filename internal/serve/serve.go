@@ -41,16 +41,17 @@ type Build struct{ Version, Commit string }
 // then drains as docs/operations.md's "Graceful shutdown" says. A problem
 // with the configuration is a *config.Error.
 func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build Build) error {
-	cfg, err := stores.Load(environ)
+	start, err := prepare(environ)
 	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
+		return err
 	}
+	cfg, routes := start.cfg, start.routes
 	log, stopLog, err := newLogger(cfg, stderr)
 	if err != nil {
 		return &config.Error{Err: err}
 	}
 	defer func() { _ = stopLog() }()
-	for _, w := range config.Warnings(environ) {
+	for _, w := range start.warnings {
 		fields := []zap.Field{zap.String("variable", w.Variable)}
 		if w.Suggestion != "" {
 			fields = append(fields, zap.String("did_you_mean", w.Suggestion))
@@ -58,10 +59,6 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		log.Warn(w.Message, fields...)
 	}
 
-	routes, err := buildRoutes(cfg, log)
-	if err != nil {
-		return &config.Error{Err: fmt.Errorf("configuration:\n%w", err)}
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	backend, err := stores.Open(ctx, cfg, stores.Env{Log: log, Registerer: reg, Serving: true})
@@ -163,6 +160,49 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	return nil
 }
 
+// startup is what Run works out from the environment alone, before it
+// binds a port or opens the store.
+type startup struct {
+	cfg    *config.Config
+	routes []proxy.Route
+	// warnings are logged at warn once the logger runs.
+	warnings []config.Warning
+}
+
+// prepare validates environ as Run needs it: the configuration with the
+// checks against the chosen store (stores.Load), LOG_LEVEL as the logger
+// reads it, and every route's source. It has no side effect beyond
+// config.Load's (DATA_DIR is created if missing, to tell whether it can be
+// written). A problem is a *config.Error.
+func prepare(environ map[string]string) (*startup, error) {
+	cfg, err := stores.Load(environ)
+	if err != nil {
+		return nil, fmt.Errorf("configuration:\n%w", err)
+	}
+	if _, err := logLevel(cfg); err != nil {
+		return nil, &config.Error{Err: err}
+	}
+	routes, unused, err := buildRoutes(cfg)
+	if err != nil {
+		return nil, &config.Error{Err: fmt.Errorf("configuration:\n%w", err)}
+	}
+	return &startup{cfg: cfg, routes: routes, warnings: append(config.Warnings(environ), unused...)}, nil
+}
+
+// Check validates the configuration in environ exactly as Run does before
+// it binds a port or opens the store (`webhook-dedup check`), and returns
+// it with the warnings Run would log at start. It listens on nothing and
+// does not reach the store: what only the store can refuse (a KEY_PREFIX
+// another APP_NAME owns, a wrong password) shows when serving. A problem
+// is a *config.Error that joins every one found, each naming its variable.
+func Check(environ map[string]string) (*config.Config, []config.Warning, error) {
+	start, err := prepare(environ)
+	if err != nil {
+		return nil, nil, err
+	}
+	return start.cfg, start.warnings, nil
+}
+
 // servers are the public and admin servers of one process, and what
 // draining them needs.
 type servers struct {
@@ -257,9 +297,9 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 	}
 }
 
-// buildRoutes parses every route's source and warns about secrets that no
-// route can use.
-func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
+// buildRoutes parses every route's source, and returns a warning for each
+// secret that no route can use.
+func buildRoutes(cfg *config.Config) ([]proxy.Route, []config.Warning, error) {
 	var routes []proxy.Route
 	var errs []error
 	used := map[string]bool{}
@@ -275,12 +315,13 @@ func buildRoutes(cfg *config.Config, log *zap.Logger) ([]proxy.Route, error) {
 		}
 		routes = append(routes, proxy.Route{Path: spec.Path, Source: src, Delivery: spec.Delivery})
 	}
+	var unused []config.Warning
 	for _, p := range providers.Presets() {
 		if len(cfg.Secrets[p.Name]) > 0 && !used[p.Name] {
-			log.Warn("a secret is set for a preset that no route uses", zap.String("variable", p.SecretVar))
+			unused = append(unused, config.Warning{Variable: p.SecretVar, Message: "a secret is set for a preset that no route uses"})
 		}
 	}
-	return routes, errors.Join(errs...)
+	return routes, unused, errors.Join(errs...)
 }
 
 // upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP

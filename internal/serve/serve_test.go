@@ -79,7 +79,7 @@ func TestDescribeRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := buildRoutes(cfg, zap.NewNop())
+	routes, _, err := buildRoutes(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

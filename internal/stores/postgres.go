@@ -41,8 +41,17 @@ func openPostgres(ctx context.Context, cfg *config.Config, env Env) (dedup.Backe
 		AppName:     cfg.AppName,
 		KeyPrefix:   cfg.KeyPrefix,
 		AutoMigrate: cfg.DatabaseAutoMigrate,
+		// Told once per change, not at every retry (a wrong password
+		// would otherwise fill the log every second).
 		Failed: func(task string, err error) {
-			plog.Error(task+" failed; trying again later", zap.Error(err))
+			if ce, ok := errors.AsType[*pgstore.ConnectError](err); ok {
+				plog.Error(ce.Error()+"; trying again, and saying so when that changes", zap.String("task", task))
+				return
+			}
+			plog.Error(task+" failed; trying again, and saying so when that changes", zap.Error(err))
+		},
+		Recovered: func(task string) {
+			plog.Info(task+" succeeded after failing", zap.String("task", task))
 		},
 	})
 	if err != nil {
@@ -55,11 +64,18 @@ func openPostgres(ctx context.Context, cfg *config.Config, env Env) (dedup.Backe
 	case errors.Is(err, dedup.ErrPrefixOwned):
 		_ = st.Close()
 		return dedup.Backend{}, configError(prefixOwned(err, cfg))
+	case errors.As(err, new(*pgstore.ConnectError)):
+		// Said once already, by the migration's report or by the check
+		// below; claims check the owner once the database answers.
 	case err != nil:
 		plog.Warn("the owner of KEY_PREFIX not checked at start; claims check it first", zap.Error(err))
 	}
 	if !cfg.DatabaseAutoMigrate && env.Serving {
-		if err := st.Ping(ctx); err != nil {
+		err := st.Ping(ctx)
+		if ce, ok := errors.AsType[*pgstore.ConnectError](err); ok {
+			// `migrate` would fail the same way: the advice is DATABASE_URL's.
+			plog.Error(ce.Error()+": check DATABASE_URL, the network and the role", zap.String("tables", tables))
+		} else if err != nil {
 			plog.Error("the tables are missing or the database does not answer (DATABASE_AUTO_MIGRATE=false: create them with `webhook-dedup migrate`)",
 				zap.String("tables", tables), zap.Error(err))
 		}
