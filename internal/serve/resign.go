@@ -1,7 +1,7 @@
 package serve
 
 import (
-	"go.uber.org/zap"
+	"strings"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
@@ -33,20 +33,24 @@ func resigners(routes []proxy.Route) func(route, namespace string) delivery.Resi
 	}
 }
 
-// warnUnverifiedAsync logs, at start, an async route that accepts a
-// preset's webhooks without verifying them, which configuration refuses
-// unless ALLOW_UNVERIFIED_ASYNC accepts the risk.
-func warnUnverifiedAsync(spec config.RouteSpec, src *providers.Source, log *zap.Logger) {
+// unverifiedAsync is the warning, logged at start, for an async route that
+// accepts a preset's webhooks without verifying them, which configuration
+// refuses unless ALLOW_UNVERIFIED_ASYNC accepts the risk; false for any
+// other route.
+func unverifiedAsync(spec config.RouteSpec, src *providers.Source) (config.Warning, bool) {
 	if spec.Delivery != proxy.AsyncDelivery {
-		return
+		return config.Warning{}, false
 	}
 	var names []string
 	for _, p := range src.Unverified() {
 		names = append(names, p.Name)
 	}
 	if len(names) == 0 {
-		return
+		return config.Warning{}, false
 	}
-	log.Warn("ALLOW_UNVERIFIED_ASYNC: an async route queues these senders' webhooks without verifying their signatures: a forged request carrying a real event ID is answered 202 and the genuine event then a duplicate the app never sees",
-		zap.String("route", spec.Path), zap.Strings("unverified", names))
+	return config.Warning{
+		Variable: "ALLOW_UNVERIFIED_ASYNC",
+		Message: "the async route " + spec.Path + " queues these senders' webhooks without verifying their signatures: " + strings.Join(names, ", ") +
+			": a forged request carrying a real event ID is answered 202 and the genuine event then a duplicate the app never sees",
+	}, true
 }

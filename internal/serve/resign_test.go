@@ -3,8 +3,6 @@ package serve
 import (
 	"testing"
 
-	"go.uber.org/zap"
-
 	"github.com/webhook-dedup/webhook-dedup/config"
 )
 
@@ -19,7 +17,7 @@ func TestResigners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := buildRoutes(cfg, zap.NewNop())
+	routes, _, err := buildRoutes(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

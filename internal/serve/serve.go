@@ -298,9 +298,10 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 }
 
 // buildRoutes parses every route's source, and returns a warning for each
-// secret that no route can use.
+// secret that no route can use and each async route left unverified.
 func buildRoutes(cfg *config.Config) ([]proxy.Route, []config.Warning, error) {
 	var routes []proxy.Route
+	var warnings []config.Warning
 	var errs []error
 	used := map[string]bool{}
 	for _, spec := range cfg.RouteSpecs {
@@ -309,19 +310,20 @@ func buildRoutes(cfg *config.Config) ([]proxy.Route, []config.Warning, error) {
 			errs = append(errs, fmt.Errorf("ROUTES: %s=%s: %w", spec.Path, spec.Source, err))
 			continue
 		}
-		warnUnverifiedAsync(spec, src, log)
+		if w, ok := unverifiedAsync(spec, src); ok {
+			warnings = append(warnings, w)
+		}
 		for _, name := range src.PresetNames() {
 			used[name] = true
 		}
 		routes = append(routes, proxy.Route{Path: spec.Path, Source: src, Delivery: spec.Delivery})
 	}
-	var unused []config.Warning
 	for _, p := range providers.Presets() {
 		if len(cfg.Secrets[p.Name]) > 0 && !used[p.Name] {
-			unused = append(unused, config.Warning{Variable: p.SecretVar, Message: "a secret is set for a preset that no route uses"})
+			warnings = append(warnings, config.Warning{Variable: p.SecretVar, Message: "a secret is set for a preset that no route uses"})
 		}
 	}
-	return routes, unused, errors.Join(errs...)
+	return routes, warnings, errors.Join(errs...)
 }
 
 // upstreamAnswers is READY_CHECK_UPSTREAM's check: the app answers an HTTP
