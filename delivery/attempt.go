@@ -140,6 +140,8 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 
 // attempt delivers d once and settles it.
 func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
+	ctx, span := w.startAttempt(ctx, d)
+	defer span.end()
 	start := w.cfg.Now()
 	fields := []zap.Field{zap.String("event", d.Claim.Key), zap.Int("attempt", d.Attempt)}
 	// How the event is settled, as the proxy decided when it accepted it.
@@ -153,6 +155,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		o = w.forward.send(actx, req)
 		cancel()
 	}
+	span.answered(o)
 	now := w.cfg.Now()
 	fields = append(fields, zap.String("route", route), zap.Int("app_status", o.status), zap.Duration("duration", now.Sub(start)))
 
@@ -167,6 +170,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		err := w.cfg.Queue.Succeed(sctx, d, res, ttl)
 		w.cfg.Metrics.delivered(route, resultSucceeded, d.Attempt)
 		fields = append(fields, zap.String("result", resultSucceeded))
+		span.settled(resultSucceeded, "")
 		if err == nil && w.cfg.BodyFingerprint {
 			w.rememberBody(sctx, namespace, sum, res, ttl, fields)
 		}
@@ -185,6 +189,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	}
 	fields = append(fields, zap.String("reason", reason))
 	if ctx.Err() != nil {
+		span.settled(resultRetry, reason)
 		// Shutdown: the event goes back, due at once for the next process.
 		err := w.cfg.Queue.Retry(sctx, d, now, o.status, reason)
 		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
@@ -194,6 +199,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		err := w.cfg.Queue.Fail(sctx, d, o.status, reason, w.cfg.DeadLetterTTL)
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
 		fields = append(fields, zap.String("result", resultDeadLettered), zap.Duration("kept", w.cfg.DeadLetterTTL))
+		span.settled(resultDeadLettered, reason)
 		if err == nil {
 			w.log.Error("delivery failed for the last time: dead-lettered (retry it with POST /v1/events/{namespace}/{id}/retry)", fields...)
 			return
@@ -202,6 +208,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		return
 	}
 	next := now.Add(w.backoff(d.Attempt, o))
+	span.settled(resultRetry, reason)
 	err = w.cfg.Queue.Retry(sctx, d, next, o.status, reason)
 	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
 	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)
