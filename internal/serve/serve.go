@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
@@ -29,6 +30,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/internal/memlimit"
 	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/internal/stores"
+	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
@@ -62,6 +64,11 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	if err != nil {
 		return &config.Error{Err: fmt.Errorf("configuration:\n%w", err)}
 	}
+	tp, stopTracing, err := setupTracing(ctx, environ, build.Version, log.Named("tracing"))
+	if err != nil {
+		return &config.Error{Err: fmt.Errorf("configuration:\n%w", err)}
+	}
+	defer stopTracing() // last: the spans of the drain are flushed too
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	backend, err := stores.Open(ctx, cfg, stores.Env{Log: log, Registerer: reg, Serving: true})
@@ -69,11 +76,15 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		return err
 	}
 	defer backend.Close()
+	if tp != nil {
+		backend = tracing.Backend(backend, tp, string(cfg.Store.Kind))
+		log.Info("tracing on: spans exported as the standard OTEL_* variables say")
+	}
 	st := backend.Store
 
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
-	queue, workers := asyncDelivery(cfg, backend, reg, log)
+	queue, workers := asyncDelivery(cfg, backend, reg, log, tp)
 	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
@@ -98,6 +109,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		InflightWait:    cfg.InflightWait,
 		InflightStatus:  cfg.InflightStatus,
 		ShadowMode:      cfg.ShadowMode,
+		TracerProvider:  tp,
 		Logger:          log,
 		Metrics:         proxy.NewMetrics(reg),
 	})
@@ -328,9 +340,9 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 }
 
 // asyncDelivery sets up the background delivery of async routes: the
-// store's queue, the workers and their metrics. Without async routes it
-// returns nils.
-func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
+// store's queue, the workers and their metrics, traced by tp unless it is
+// nil. Without async routes it returns nils.
+func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) (dedup.Queue, *delivery.Workers) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if !cfg.AsyncRoutes() || backend.Queue == nil {
@@ -357,6 +369,7 @@ func asyncDelivery(cfg *config.Config, backend dedup.Backend, reg prometheus.Reg
 		MaxAge:          cfg.RetryMaxAge,
 		DeadLetterTTL:   cfg.DeadLetterTTL,
 		ShutdownTimeout: cfg.ShutdownTimeout,
+		TracerProvider:  tp,
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, queue, dlog),
 	})
