@@ -27,7 +27,10 @@ import (
 // Older versions are still read, what they lack left empty: 0x02,
 // written before the request carried the accepting span's trace context,
 // is the same without TraceParent; 0x01, written before it carried how it
-// is settled, is also without Route, Namespace and TTL.
+// is settled, is also without Route, Namespace and TTL. A request without
+// a TraceParent (tracing off) is still written as 0x02, so that, while
+// tracing stays off, a release from before tracing reads what this one
+// queued: a rolling upgrade, or a roll back, strands no queued event.
 //
 // Header names are kept as received (canonical or not) and in the sorted
 // order of their names, so one request always encodes to the same bytes.
@@ -57,12 +60,18 @@ func EncodeRequest(r dedup.Request) []byte {
 	if r.TLS {
 		flags |= 1
 	}
-	b = append(b, requestVersion, flags)
+	version := byte(requestVersion)
+	if r.TraceParent == "" {
+		version = requestVersionV2
+	}
+	b = append(b, version, flags)
 	for _, s := range []string{r.Method, r.RequestURI, r.Host, r.RemoteAddr, r.Route, r.Namespace} {
 		b = AppendString(b, s)
 	}
 	b = binary.AppendUvarint(b, uint64(max(r.TTL, 0).Milliseconds()))
-	b = AppendString(b, r.TraceParent)
+	if version == requestVersion {
+		b = AppendString(b, r.TraceParent)
+	}
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
 		b = AppendString(b, name)

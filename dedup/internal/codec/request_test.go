@@ -20,6 +20,13 @@ func TestRequestRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got, r) {
 			t.Errorf("round trip: got %+v, want %+v", got, r)
 		}
+		want := byte(requestVersion)
+		if r.TraceParent == "" {
+			want = requestVersionV2 // what releases before tracing read
+		}
+		if v[0] != want {
+			t.Errorf("written as version %d, want %d", v[0], want)
+		}
 		if again := EncodeRequest(got); !bytes.Equal(again, v) {
 			t.Errorf("re-encoding changed the bytes: %x, then %x", v, again)
 		}
