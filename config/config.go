@@ -553,6 +553,10 @@ func WriteUsage(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, def, v.Description)
 	}
+	// Read by the OpenTelemetry SDK, not by Config: named here so that -h
+	// still lists everything that configures the process.
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "Tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER is set, is configured by the standard OTEL_* variables, read by the OpenTelemetry SDK (docs/operations.md, Tracing).")
 	return tw.Flush()
 }
 

@@ -37,6 +37,15 @@ type Request struct {
 	// did not keep them: no route label, no body record, the default TTL.
 	Route, Namespace string
 	TTL              time.Duration
+
+	// TraceParent is the W3C traceparent of the span that accepted the
+	// event, when tracing is on: each delivery attempt's span links to
+	// it, so a trace viewer goes from the sender's request to every
+	// attempt. It is not a header: the app receives Header as the sender
+	// sent it (and a traceparent only as tracing propagates the attempt's
+	// own). Empty when tracing was off at accept time, or for a request
+	// queued by a version that did not keep it.
+	TraceParent string
 }
 
 // Delivery is one queued event as a worker holds it, from Take until it is

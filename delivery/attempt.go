@@ -188,6 +188,8 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 
 // attempt delivers d once and settles it.
 func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
+	ctx, span := w.startAttempt(ctx, d)
+	defer span.end()
 	start := w.cfg.Now()
 	fields := []zap.Field{zap.String("event", d.Claim.Key), zap.Int("attempt", d.Attempt)}
 	// How the event is settled, as the proxy decided when it accepted it.
@@ -204,6 +206,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		o = w.forward.send(actx, req)
 		cancel()
 	}
+	span.answered(o)
 	now := w.cfg.Now()
 	fields = append(fields, zap.String("route", route), zap.Int("app_status", o.status), zap.Duration("duration", now.Sub(start)))
 
@@ -218,6 +221,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		err := w.succeed(ctx, d, res, ttl, fields)
 		w.cfg.Metrics.delivered(route, resultSucceeded, d.Attempt)
 		fields = append(fields, zap.String("result", resultSucceeded))
+		span.settled(resultSucceeded, "")
 		if err == nil && w.cfg.BodyFingerprint {
 			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
 			w.rememberBody(bctx, namespace, sum, res, ttl, fields)
@@ -245,6 +249,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	}
 	fields = append(fields, zap.String("reason", reason))
 	if ctx.Err() != nil {
+		span.settled(resultRetry, reason)
 		// Shutdown: the event goes back, due at once for the next process.
 		err := w.cfg.Queue.Retry(sctx, d, now, o.status, lastError)
 		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
@@ -254,6 +259,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		err := w.cfg.Queue.Fail(sctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
 		fields = append(fields, zap.String("result", resultDeadLettered), zap.Duration("kept", w.cfg.DeadLetterTTL))
+		span.settled(resultDeadLettered, reason)
 		if err == nil {
 			w.log.Error("delivery failed for the last time: dead-lettered (retry it with POST /v1/events/{namespace}/{id}/retry)", fields...)
 			return
@@ -262,6 +268,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		return
 	}
 	next := now.Add(w.backoff(d.Attempt, o))
+	span.settled(resultRetry, reason)
 	err = w.cfg.Queue.Retry(sctx, d, next, o.status, lastError)
 	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
 	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)

@@ -13,9 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
@@ -43,6 +46,17 @@ type Config struct {
 	// Transport reaches the upstream. If nil, upstream.NewTransport(), as
 	// a sync route's.
 	Transport http.RoundTripper
+	// TracerProvider traces each attempt: a span of its own, linked to the
+	// span that accepted the event (dedup.Request's TraceParent), with the
+	// request to the app as its child (the Transport is wrapped by
+	// tracing.Transport, which carries the attempt's trace on to the app)
+	// and the Queue's calls too when they are traced (tracing.Backend). If
+	// nil, nothing is traced and no header is written for it.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the attempt's trace context into the app's
+	// request. If nil, W3C trace context (traceparent, tracestate).
+	// Unused without TracerProvider.
+	Propagator propagation.TextMapPropagator
 	// ReplayResponse keeps the app's response body and Content-Type in the
 	// completed record, as a sync route does, for duplicates to be
 	// answered with (REPLAY_RESPONSE).
@@ -124,8 +138,10 @@ type Workers struct {
 	// recording holds the outcomes the app gave that the store has not
 	// taken yet.
 	recording recording
-	nudge     chan struct{}
-	freed     chan struct{}
+	// tracer makes the attempts' spans; nil when tracing is off.
+	tracer trace.Tracer
+	nudge  chan struct{}
+	freed  chan struct{}
 }
 
 // New returns the Workers for cfg.
@@ -183,11 +199,18 @@ func New(cfg Config) *Workers {
 		ReplayMaxBytes:  cfg.ReplayMaxBytes,
 		BodyFingerprint: cfg.BodyFingerprint,
 	}
+	var tracer trace.Tracer
+	transport := cfg.Transport
+	if cfg.TracerProvider != nil {
+		tracer = cfg.TracerProvider.Tracer(tracing.Scope)
+		transport = tracing.Transport(transport, cfg.TracerProvider, cfg.Propagator)
+	}
 	return &Workers{
 		cfg:        cfg,
 		log:        cfg.Logger,
 		completion: completion,
-		forward:    newForwarder(cfg.Upstream, cfg.Transport, completion, cfg.Logger),
+		forward:    newForwarder(cfg.Upstream, transport, completion, cfg.Logger),
+		tracer:     tracer,
 		nudge:      make(chan struct{}, 1),
 		freed:      make(chan struct{}, 1),
 	}

@@ -30,13 +30,15 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		Route:     wh.route.Path,
 		Namespace: wh.ext.Namespace,
 		TTL:       wh.ext.TTL,
+		// The delivery attempts' spans link to this webhook's.
+		TraceParent: wh.traceParent(),
 	}
 	// The store call runs on the Handler's own context, as a claim does
 	// (the store bounds each call): a sender's hang-up never cuts it off
 	// halfway. Queued, the event is delivered, and the sender's retry is a
 	// duplicate.
 	start := time.Now()
-	queued, rec, err := h.cfg.Queue.Enqueue(h.abandon, wh.key, req)
+	queued, rec, err := h.cfg.Queue.Enqueue(h.storeCtx(wh), wh.key, req)
 	h.m.observeStore(opEnqueue, start, err)
 	if err != nil {
 		return h.storeUnavailable(w, r, wh, err)

@@ -17,10 +17,14 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -51,28 +55,42 @@ func BenchmarkHandler(b *testing.B) {
 	})
 	stores := []struct {
 		name string
-		open func(b *testing.B) proxy.Store
+		// open returns the store, and the TracerProvider of a traced run
+		// (nil: tracing off).
+		open func(b *testing.B) (proxy.Store, trace.TracerProvider)
 	}{
-		{"memory", func(b *testing.B) proxy.Store {
+		{"memory", func(b *testing.B) (proxy.Store, trace.TracerProvider) {
 			m := memstore.New()
 			b.Cleanup(func() { _ = m.Close() })
-			return m
+			return m, nil
 		}},
-		{"redis", func(b *testing.B) proxy.Store {
+		// Tracing on, as serve sets it up (a batching SDK, the store's calls
+		// traced), with an exporter that drops the batches: the spans' own
+		// cost, not an export's.
+		{"memory-traced", func(b *testing.B) (proxy.Store, trace.TracerProvider) {
+			m := memstore.New()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+			b.Cleanup(func() {
+				_ = tp.Shutdown(context.Background())
+				_ = m.Close()
+			})
+			return tracing.Backend(m.Backend(), tp, "memory").Store, tp
+		}},
+		{"redis", func(b *testing.B) (proxy.Store, trace.TracerProvider) {
 			r, err := redisstore.Open(redisstore.Config{URL: redistest.New(b).URL()})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = r.Close() })
-			return r
+			return r, nil
 		}},
 	}
 	for _, st := range stores {
 		b.Run(st.name, func(b *testing.B) {
-			store := st.open(b)
+			store, tp := st.open(b)
 			for _, kind := range []loadKind{loadUniqueJSON, loadDuplicate, loadHeader} {
 				b.Run(kind.String(), func(b *testing.B) {
-					h := benchHandler(b, store, kind)
+					h := benchHandler(b, store, kind, tp)
 					l := newLoad(kind, 0)
 					if kind == loadDuplicate {
 						// The first copy completes; every measured one is a duplicate.
@@ -84,7 +102,7 @@ func BenchmarkHandler(b *testing.B) {
 			// Many requests at once: on Redis, concurrent calls share
 			// round trips (the autopipeliner), which a lone call never does.
 			b.Run("unique-json-parallel", func(b *testing.B) {
-				h := benchHandler(b, store, loadUniqueJSON)
+				h := benchHandler(b, store, loadUniqueJSON, tp)
 				var workers atomic.Int64
 				b.SetBytes(int64(len(newLoad(loadUniqueJSON, 0).body)))
 				b.ReportAllocs()
@@ -107,8 +125,9 @@ func BenchmarkHandler(b *testing.B) {
 	}
 }
 
-// benchHandler is the proxy as serve.go builds it, on store.
-func benchHandler(b *testing.B, store proxy.Store, kind loadKind) *proxy.Handler {
+// benchHandler is the proxy as serve.go builds it, on store, traced by tp
+// when it is not nil.
+func benchHandler(b *testing.B, store proxy.Store, kind loadKind, tp trace.TracerProvider) *proxy.Handler {
 	opts := providers.Options{}
 	if kind != loadDuplicate {
 		opts.TTL = time.Millisecond
@@ -127,13 +146,14 @@ func benchHandler(b *testing.B, store proxy.Store, kind loadKind) *proxy.Handler
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	u, _ := url.Parse("http://upstream.test")
 	return newHandler(b, proxy.Config{
-		Upstream:  u,
-		Routes:    routes,
-		Store:     store,
-		KeyPrefix: "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":",
-		Transport: noopUpstream{},
-		Logger:    log,
-		Metrics:   proxy.NewMetrics(prometheus.NewRegistry()),
+		Upstream:       u,
+		Routes:         routes,
+		Store:          store,
+		KeyPrefix:      "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":",
+		Transport:      noopUpstream{},
+		Logger:         log,
+		Metrics:        proxy.NewMetrics(prometheus.NewRegistry()),
+		TracerProvider: tp, // an untyped nil when off
 	})
 }
 

@@ -12,9 +12,12 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
@@ -92,6 +95,17 @@ type Config struct {
 	// Transport reaches the upstream. If nil, a clone of
 	// http.DefaultTransport sized for a sidecar.
 	Transport http.RoundTripper
+	// TracerProvider traces each webhook: a server span, continuing the
+	// sender's trace (Propagator), with the upstream request as its child
+	// (the Transport is wrapped by tracing.Transport, which carries the
+	// trace on to the app) and the Store's and Queue's calls too when they
+	// are traced (tracing.Backend). If nil, nothing is traced and no
+	// header is read or written for it: tracing off costs nothing.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the sender's trace context from its request and
+	// writes the upstream span's into the app's. If nil, W3C trace
+	// context (traceparent, tracestate). Unused without TracerProvider.
+	Propagator propagation.TextMapPropagator
 	// Logger logs one line per webhook. If nil, nothing is logged.
 	Logger *zap.Logger
 	// Metrics are updated per request. Required.
@@ -121,6 +135,8 @@ type Handler struct {
 	// abandon is cancelled by Abandon to stop waits and upstream requests.
 	abandon context.Context
 	stop    context.CancelFunc
+	// tracer makes the webhooks' spans; nil when tracing is off.
+	tracer trace.Tracer
 }
 
 // ErrConfig is returned by New for a Config it cannot run with.
@@ -190,6 +206,13 @@ func New(cfg Config) (*Handler, error) {
 	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
 	h.budget.m.max.Set(float64(cfg.MaxBuffered))
 	h.abandon, h.stop = context.WithCancel(context.Background())
+	if cfg.TracerProvider != nil {
+		if cfg.Propagator == nil {
+			h.cfg.Propagator = propagation.TraceContext{}
+		}
+		h.tracer = cfg.TracerProvider.Tracer(tracing.Scope)
+		h.cfg.Transport = tracing.Transport(cfg.Transport, cfg.TracerProvider, h.cfg.Propagator)
+	}
 	h.reverse = h.newReverseProxy(cfg.Upstream)
 	return h, nil
 }

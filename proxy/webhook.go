@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 )
@@ -29,6 +31,8 @@ type webhook struct {
 	replay replayBody
 	// fwd relays the upstream's answer, once the webhook is forwarded.
 	fwd forwarding
+	// span is the webhook's span; nil when tracing is off.
+	span trace.Span
 }
 
 // result is what became of a webhook: the answer the sender got, and why.
@@ -61,8 +65,16 @@ func (r result) because(why error) result {
 // became of it.
 func (h *Handler) serveWebhook(w http.ResponseWriter, r *http.Request, route *Route, ext *providers.Extractor) {
 	wh := &webhook{route: route, ext: ext, start: time.Now()}
+	if h.tracer != nil {
+		r = h.startSpan(r, wh)
+	}
 	var res result
-	defer func() { h.logWebhook(r, wh, res) }()
+	defer func() {
+		h.logWebhook(r, wh, res)
+		if wh.span != nil {
+			h.endSpan(r, wh, res)
+		}
+	}()
 	res = h.handleWebhook(w, r, wh)
 	if res.aborted {
 		panic(http.ErrAbortHandler)
@@ -149,7 +161,7 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 		waitUntil = time.Now().Add(h.cfg.InflightWait)
 	}
 	for {
-		l, rec, err := h.leases.claim(h.abandon, wh.key, wh.ext.TTL, wh.bodyKey)
+		l, rec, err := h.leases.claim(h.storeCtx(wh), wh.key, wh.ext.TTL, wh.bodyKey)
 		switch {
 		case ctx.Err() != nil:
 			// The sender left while the store was claiming: nothing was

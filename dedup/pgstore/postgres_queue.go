@@ -30,12 +30,12 @@ const enqueueSQL = live + `, won AS (
 	` + claimTakeover + `
 	RETURNING r.key
 ), queued AS (
-	INSERT INTO %[1]squeue AS q (key, method, request_uri, host, header, remote_addr, tls, body, route, namespace, ttl_micros, accepted_at, attempts, due_at)
-	SELECT key, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, now(), 0, now() FROM won
+	INSERT INTO %[1]squeue AS q (key, method, request_uri, host, header, remote_addr, tls, body, route, namespace, ttl_micros, trace_parent, accepted_at, attempts, due_at)
+	SELECT key, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, now(), 0, now() FROM won
 	ON CONFLICT (key) DO UPDATE SET method = excluded.method, request_uri = excluded.request_uri,
 		host = excluded.host, header = excluded.header, remote_addr = excluded.remote_addr, tls = excluded.tls,
 		body = excluded.body, route = excluded.route, namespace = excluded.namespace, ttl_micros = excluded.ttl_micros,
-		accepted_at = excluded.accepted_at, attempts = 0, due_at = excluded.due_at,
+		trace_parent = excluded.trace_parent, accepted_at = excluded.accepted_at, attempts = 0, due_at = excluded.due_at,
 		lease_token = NULL, last_status = NULL, last_error = NULL, failed_at = NULL
 	RETURNING q.key
 )
@@ -55,7 +55,7 @@ const takeSQL = `WITH due AS (
 )
 UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
 FROM due WHERE q.key = due.key
-RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.attempts, q.accepted_at`
+RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
 
 // succeedSQL completes a delivery its holder still owns: the request goes,
 // the record becomes a completed one.
@@ -129,7 +129,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
 	won, rec, err := s.claimOnce(ctx, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
-		req.RemoteAddr, req.TLS, body, s.sql.notify, req.Route, req.Namespace, micros(max(req.TTL, 0)))
+		req.RemoteAddr, req.TLS, body, s.sql.notify, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent)
 	if err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
@@ -156,7 +156,7 @@ func (s *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.D
 		r := &d.Request
 		var ttlMicros int64
 		if err := rows.Scan(&d.Claim.Key, &r.Method, &r.RequestURI, &r.Host, &header, &r.RemoteAddr, &r.TLS, &r.Body,
-			&r.Route, &r.Namespace, &ttlMicros, &d.Attempt, &d.AcceptedAt); err != nil {
+			&r.Route, &r.Namespace, &ttlMicros, &r.TraceParent, &d.Attempt, &d.AcceptedAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("dedup: take: %w", err)
 		}

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS %[1]squeue (
 	route        text NOT NULL DEFAULT '',
 	namespace    text NOT NULL DEFAULT '',
 	ttl_micros   bigint NOT NULL DEFAULT 0,
+	trace_parent text NOT NULL DEFAULT '',
 	accepted_at  timestamptz NOT NULL,
 	attempts     integer NOT NULL DEFAULT 0,
 	due_at       timestamptz NOT NULL,
@@ -67,6 +68,9 @@ CREATE TABLE IF NOT EXISTS %[1]squeue (
 ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS route text NOT NULL DEFAULT '',
 	ADD COLUMN IF NOT EXISTS namespace text NOT NULL DEFAULT '',
 	ADD COLUMN IF NOT EXISTS ttl_micros bigint NOT NULL DEFAULT 0;
+-- Added with tracing: the accepting span's W3C traceparent, which each
+-- delivery attempt's span links to (empty for the events queued before).
+ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS trace_parent text NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS %[1]squeue_due ON %[1]squeue (due_at) WHERE failed_at IS NULL;
 CREATE INDEX IF NOT EXISTS %[1]squeue_failed ON %[1]squeue (key) WHERE failed_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS %[1]sowners (
@@ -196,7 +200,7 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		// The tables, as this version writes them: the queue's columns
 		// added since the first release included, so that a database
 		// not migrated since is not taken for ready.
-		ping: f(`SELECT q.route, q.namespace, q.ttl_micros FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
+		ping: f(`SELECT q.route, q.namespace, q.ttl_micros, q.trace_parent FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
 		// A small batch by physical address (a TID scan: no sort, no
 		// long lock), skipping rows a claim is taking over right now.
 		prune: f(`DELETE FROM %[1]srecords WHERE ctid = ANY(ARRAY(

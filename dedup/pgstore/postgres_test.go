@@ -149,36 +149,56 @@ func TestPostgresMissingTables(t *testing.T) {
 	storetest.MustClaim(t, s, "k", storetest.Lease)
 }
 
-// TestPostgresUpgrade: tables made by the first release (a queue without
-// the columns that say how an event is settled) are not taken for ready,
-// and Migrate brings them up to date without losing what they hold; the
-// event queued before is delivered with its settlement empty.
+// TestPostgresUpgrade: tables made by an earlier release (a queue without
+// the columns added since) are not taken for ready, and Migrate brings
+// them up to date without losing what they hold; the event queued before
+// is delivered with what its release did not keep empty.
 func TestPostgresUpgrade(t *testing.T) {
-	url := postgres.Get(t).NewDatabase(t)
-	s := openPostgres(t, nil, Config{URL: url})
-	ctx := context.Background()
-	old := storetest.Request
-	old.Route, old.Namespace, old.TTL = "", "", 0
-	storetest.MustEnqueue(t, s, "before")
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `ALTER TABLE webhook_dedup_queue DROP COLUMN route, DROP COLUMN namespace, DROP COLUMN ttl_micros`); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "route") {
-		t.Errorf("Ping on the first release's tables = %v, want an error naming the missing column", err)
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Ping(ctx); err != nil {
-		t.Errorf("Ping after Migrate: %v", err)
-	}
-	if d := storetest.TakeOne(t, s, storetest.Lease); d.Claim.Key != "before" || !reflect.DeepEqual(d.Request, old) {
-		t.Errorf("the event queued before the upgrade: %s %+v, want before %+v", d.Claim.Key, d.Request, old)
+	for _, tc := range []struct {
+		name string
+		// drop are the columns the release's queue lacks; the first is
+		// the one readiness names.
+		drop []string
+		// forget empties what the release did not keep.
+		forget func(*dedup.Request)
+	}{
+		{"the first release", []string{"route", "namespace", "ttl_micros", "trace_parent"}, func(r *dedup.Request) {
+			r.Route, r.Namespace, r.TTL, r.TraceParent = "", "", 0, ""
+		}},
+		{"the release before tracing", []string{"trace_parent"}, func(r *dedup.Request) { r.TraceParent = "" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := postgres.Get(t).NewDatabase(t)
+			s := openPostgres(t, nil, Config{URL: url})
+			ctx := context.Background()
+			old := storetest.Request
+			tc.forget(&old)
+			storetest.MustEnqueue(t, s, "before")
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			drops := make([]string, len(tc.drop))
+			for i, c := range tc.drop {
+				drops[i] = "DROP COLUMN " + c
+			}
+			if _, err := conn.Exec(ctx, `ALTER TABLE webhook_dedup_queue `+strings.Join(drops, ", ")); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), tc.drop[0]) {
+				t.Errorf("Ping on the release's tables = %v, want an error naming the missing column %s", err, tc.drop[0])
+			}
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Ping(ctx); err != nil {
+				t.Errorf("Ping after Migrate: %v", err)
+			}
+			if d := storetest.TakeOne(t, s, storetest.Lease); d.Claim.Key != "before" || !reflect.DeepEqual(d.Request, old) {
+				t.Errorf("the event queued before the upgrade: %s %+v, want before %+v", d.Claim.Key, d.Request, old)
+			}
+		})
 	}
 }
 

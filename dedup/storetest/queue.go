@@ -30,10 +30,11 @@ var Requests = []dedup.Request{
 		RemoteAddr: "203.0.113.9:41234", TLS: true,
 		Body:  []byte(`{"id":"evt_1"}`),
 		Route: "/webhooks/stripe", Namespace: "stripe", TTL: 96 * time.Hour,
+		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	},
 	{Method: "PUT", RequestURI: "/", Host: "h", RemoteAddr: "[::1]:1"},
 	{Method: "POST", RequestURI: "/b", Header: http.Header{"x-not-canonical": {"v"}}, Body: []byte{0, 0xff, '\n', 0x80},
-		Route: "/b", Namespace: "/b", TTL: 1500 * time.Millisecond},
+		Route: "/b", Namespace: "/b", TTL: 1500 * time.Millisecond, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"},
 }
 
 // Request is the request the queue cases enqueue: every part of it set,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
@@ -29,6 +30,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/internal/memlimit"
 	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/internal/stores"
+	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
@@ -59,6 +61,11 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		log.Warn(w.Message, fields...)
 	}
 
+	tp, stopTracing, err := setupTracing(ctx, environ, build.Version, log.Named("tracing"))
+	if err != nil {
+		return &config.Error{Err: fmt.Errorf("configuration:\n%w", err)}
+	}
+	defer stopTracing() // last: the spans of the drain are flushed too
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	backend, err := stores.Open(ctx, cfg, stores.Env{Log: log, Registerer: reg, Serving: true})
@@ -66,11 +73,15 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		return err
 	}
 	defer backend.Close()
+	if tp != nil {
+		backend = tracing.Backend(backend, tp, string(cfg.Store.Kind))
+		log.Info("tracing on: spans exported as the standard OTEL_* variables say")
+	}
 	st := backend.Store
 
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
-	queue, workers := asyncDelivery(ctx, cfg, backend, routes, reg, log)
+	queue, workers := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp)
 	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
@@ -95,6 +106,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		InflightWait:    cfg.InflightWait,
 		InflightStatus:  cfg.InflightStatus,
 		ShadowMode:      cfg.ShadowMode,
+		TracerProvider:  tp,
 		Logger:          log,
 		Metrics:         proxy.NewMetrics(reg),
 	})
@@ -372,11 +384,12 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 }
 
 // asyncDelivery sets up the background delivery of the store's queue: the
-// workers and their metrics. It does when a route is async, and also when
-// none is but the store still holds events that async routes queued (a
-// route rolled back from async to sync): they were answered 202, so they
-// are delivered, never stranded. Otherwise it returns nils.
-func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger) (dedup.Queue, *delivery.Workers) {
+// workers and their metrics, traced by tp unless it is nil. It does when a
+// route is async, and also when none is but the store still holds events
+// that async routes queued (a route rolled back from async to sync): they
+// were answered 202, so they are delivered, never stranded. Otherwise it
+// returns nils.
+func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) (dedup.Queue, *delivery.Workers) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if backend.Queue == nil || (!cfg.AsyncRoutes() && !stillQueued(ctx, cfg, backend.Queue, log)) {
@@ -408,6 +421,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		DeadLetterTTL:   cfg.DeadLetterTTL,
 		Resigners:       resign,
 		ShutdownTimeout: cfg.ShutdownTimeout,
+		TracerProvider:  tp,
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, queue, dlog),
 	})

@@ -15,22 +15,28 @@ import (
 // A queued Request is stored as one binary value, written once at Enqueue
 // and read at every Take. Strings are a uvarint length and the bytes:
 //
-//	[0]   version 0x02
+//	[0]   version 0x03
 //	[1]   flags: bit 0 set if the request came over TLS
 //	      Method, RequestURI, Host, RemoteAddr: four strings
 //	      Route, Namespace: two strings; TTL: uvarint milliseconds
+//	      TraceParent: a string
 //	      uvarint number of header names, then for each: the name, a
 //	      uvarint number of values, and the values
 //	      Body: the rest, to the end
 //
-// Version 0x01, written before the request carried how it is settled, is
-// the same without Route, Namespace and TTL; it is still read, leaving
-// them empty.
+// Older versions are still read, what they lack left empty: 0x02,
+// written before the request carried the accepting span's trace context,
+// is the same without TraceParent; 0x01, written before it carried how it
+// is settled, is also without Route, Namespace and TTL. A request without
+// a TraceParent (tracing off) is still written as 0x02, so that, while
+// tracing stays off, a release from before tracing reads what this one
+// queued: a rolling upgrade, or a roll back, strands no queued event.
 //
 // Header names are kept as received (canonical or not) and in the sorted
 // order of their names, so one request always encodes to the same bytes.
 const (
-	requestVersion   = 0x02
+	requestVersion   = 0x03
+	requestVersionV2 = 0x02
 	requestVersionV1 = 0x01
 )
 
@@ -39,7 +45,7 @@ var ErrBadRequest = errors.New("unrecognised queued request")
 
 // EncodeRequest is the stored form of r.
 func EncodeRequest(r dedup.Request) []byte {
-	n := 2 + 7*binary.MaxVarintLen32 + len(r.Route) + len(r.Namespace) + len(r.Method) + len(r.RequestURI) + len(r.Host) + len(r.RemoteAddr) + binary.MaxVarintLen32 + len(r.Body)
+	n := 2 + 8*binary.MaxVarintLen32 + len(r.Route) + len(r.Namespace) + len(r.TraceParent) + len(r.Method) + len(r.RequestURI) + len(r.Host) + len(r.RemoteAddr) + binary.MaxVarintLen32 + len(r.Body)
 	names := make([]string, 0, len(r.Header))
 	for name, vs := range r.Header {
 		names = append(names, name)
@@ -54,11 +60,18 @@ func EncodeRequest(r dedup.Request) []byte {
 	if r.TLS {
 		flags |= 1
 	}
-	b = append(b, requestVersion, flags)
+	version := byte(requestVersion)
+	if r.TraceParent == "" {
+		version = requestVersionV2
+	}
+	b = append(b, version, flags)
 	for _, s := range []string{r.Method, r.RequestURI, r.Host, r.RemoteAddr, r.Route, r.Namespace} {
 		b = AppendString(b, s)
 	}
 	b = binary.AppendUvarint(b, uint64(max(r.TTL, 0).Milliseconds()))
+	if version == requestVersion {
+		b = AppendString(b, r.TraceParent)
+	}
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
 		b = AppendString(b, name)
@@ -79,7 +92,7 @@ func AppendString(b []byte, s string) []byte {
 // DecodeRequest reads a stored request. The Request it returns shares no
 // memory with v.
 func DecodeRequest(v []byte) (dedup.Request, error) {
-	if len(v) < 2 || (v[0] != requestVersion && v[0] != requestVersionV1) {
+	if len(v) < 2 || v[0] < requestVersionV1 || v[0] > requestVersion {
 		return dedup.Request{}, fmt.Errorf("%w: bad version", ErrBadRequest)
 	}
 	if v[1]&^1 != 0 {
@@ -91,7 +104,7 @@ func DecodeRequest(v []byte) (dedup.Request, error) {
 	r.RequestURI = d.Text()
 	r.Host = d.Text()
 	r.RemoteAddr = d.Text()
-	if v[0] == requestVersion {
+	if v[0] >= requestVersionV2 {
 		r.Route = d.Text()
 		r.Namespace = d.Text()
 		ms := d.Uvarint()
@@ -99,6 +112,9 @@ func DecodeRequest(v []byte) (dedup.Request, error) {
 			return dedup.Request{}, fmt.Errorf("%w: TTL of %d ms", ErrBadRequest, ms)
 		}
 		r.TTL = time.Duration(ms) * time.Millisecond
+	}
+	if v[0] >= requestVersion {
+		r.TraceParent = d.Text()
 	}
 	names := d.Count()
 	if names > 0 {

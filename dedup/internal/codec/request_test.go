@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -19,6 +20,13 @@ func TestRequestRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got, r) {
 			t.Errorf("round trip: got %+v, want %+v", got, r)
 		}
+		want := byte(requestVersion)
+		if r.TraceParent == "" {
+			want = requestVersionV2 // what releases before tracing read
+		}
+		if v[0] != want {
+			t.Errorf("written as version %d, want %d", v[0], want)
+		}
 		if again := EncodeRequest(got); !bytes.Equal(again, v) {
 			t.Errorf("re-encoding changed the bytes: %x, then %x", v, again)
 		}
@@ -29,26 +37,44 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestDecodeRequestV1 reads a request queued by a version that did not
-// keep how it is settled: the request is whole, its settlement empty.
-func TestDecodeRequestV1(t *testing.T) {
-	want := storetest.Requests[2]
-	b := []byte{requestVersionV1, 0}
-	for _, s := range []string{want.Method, want.RequestURI, want.Host, want.RemoteAddr} {
-		b = AppendString(b, s)
-	}
-	b = append(b, 1)
-	b = AppendString(b, "x-not-canonical")
-	b = append(b, 1)
-	b = AppendString(b, "v")
-	b = append(b, want.Body...)
-	got, err := DecodeRequest(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want.Route, want.Namespace, want.TTL = "", "", 0
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("version 1: got %+v, want %+v", got, want)
+// TestDecodeOlderRequests reads requests queued by versions that kept less:
+// the request is whole, what its version did not keep empty.
+func TestDecodeOlderRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version byte
+		// settled: the version keeps Route, Namespace and TTL.
+		settled bool
+	}{
+		{"version 1, before the settlement", requestVersionV1, false},
+		{"version 2, before the trace context", requestVersionV2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := storetest.Requests[2]
+			b := []byte{tc.version, 0}
+			for _, s := range []string{want.Method, want.RequestURI, want.Host, want.RemoteAddr} {
+				b = AppendString(b, s)
+			}
+			if tc.settled {
+				b = AppendString(AppendString(b, want.Route), want.Namespace)
+				b = binary.AppendUvarint(b, uint64(want.TTL.Milliseconds()))
+			} else {
+				want.Route, want.Namespace, want.TTL = "", "", 0
+			}
+			b = append(b, 1)
+			b = AppendString(b, "x-not-canonical")
+			b = append(b, 1)
+			b = AppendString(b, "v")
+			b = append(b, want.Body...)
+			got, err := DecodeRequest(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want.TraceParent = ""
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got %+v, want %+v", got, want)
+			}
+		})
 	}
 }
 
