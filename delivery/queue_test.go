@@ -20,7 +20,7 @@ type diskQueue struct {
 
 func newQueue(t *testing.T) *diskQueue {
 	t.Helper()
-	d, err := diskstore.Open(t.TempDir())
+	d, err := diskstore.Open(diskstore.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

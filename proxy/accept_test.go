@@ -30,7 +30,7 @@ type queueStore struct {
 }
 
 func newQueueStore(t *testing.T) *queueStore {
-	d, err := diskstore.Open(t.TempDir())
+	d, err := diskstore.Open(diskstore.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,10 @@ type Store struct {
 	refused atomic.Bool
 	// dir is the directory of the file: Ping looks at its volume's room.
 	dir string
+	// timeout bounds each operation (bounded); zero: none. stalled counts
+	// the operations still waiting on the file after their time was up.
+	timeout time.Duration
+	stalled atomic.Int64
 
 	// stop ends the sweep of expired records; done waits for it.
 	stop      context.CancelFunc
@@ -86,11 +90,31 @@ const diskSweepBatch = 1000
 // ErrLocked means another process has the store's file open.
 var ErrLocked = errors.New("dedup: the store's file is in use by another process")
 
-// Open opens (or creates) the store's file in dir, which must exist,
-// and starts the sweep of expired records, which Close stops.
-func Open(dir string) (*Store, error) { return openDisk(dir, diskSweepInterval) }
+// ErrStalled means the store's file did not answer within the store's
+// timeout: its volume is frozen or stalled (a write blocks in the kernel
+// for as long as it is).
+var ErrStalled = errors.New("dedup: the store's file did not answer in time (is its volume frozen or stalled?)")
 
-func openDisk(dir string, sweepEvery time.Duration) (*Store, error) {
+// maxStalled bounds the operations left waiting on a stalled volume: past
+// it, each call fails at once rather than leave one more goroutine behind.
+const maxStalled = 256
+
+// Config says where the store's file is and how long its operations may
+// take.
+type Config struct {
+	// Dir is the directory of the file (DATA_DIR); it must exist.
+	Dir string
+	// Timeout bounds each operation (STORE_TIMEOUT): a volume that stalls
+	// does not stall the caller past it. Zero: no bound.
+	Timeout time.Duration
+}
+
+// Open opens (or creates) the store's file in cfg.Dir, and starts the
+// sweep of expired records, which Close stops.
+func Open(cfg Config) (*Store, error) { return openDisk(cfg, diskSweepInterval) }
+
+func openDisk(cfg Config, sweepEvery time.Duration) (*Store, error) {
+	dir := cfg.Dir
 	path := filepath.Join(dir, File)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: diskLockTimeout})
 	if errors.Is(err, bolterrors.ErrTimeout) {
@@ -116,20 +140,60 @@ func openDisk(dir string, sweepEvery time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	d := &Store{db: db, stop: stop, dir: dir}
+	d := &Store{db: db, stop: stop, dir: dir, timeout: cfg.Timeout}
 	d.done.Go(func() { storeop.Every(ctx, sweepEvery, func() bool { _ = d.sweep(); return false }) })
 	return d, nil
 }
 
-// Close stops the sweep and closes the file, releasing its lock.
+// Close stops the sweep and closes the file, releasing its lock. On a
+// stalled volume it gives up after the store's timeout (at least a
+// second), so that a shutdown ends on time; the process's exit releases
+// the lock then.
 func (d *Store) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
 		d.stop()
-		d.done.Wait()
-		err = d.db.Close()
+		err = d.bounded(max(d.timeout, time.Second), func() error {
+			d.done.Wait()
+			return d.db.Close()
+		})
+		if errors.Is(err, ErrStalled) {
+			err = fmt.Errorf("dedup: close %s: %w", d.dir, err)
+		}
 	})
 	return err
+}
+
+// bounded runs fn, which calls the file, for at most timeout (zero: no
+// bound). A volume that stalls blocks the file's system calls as long as
+// it stalls, and no caller may wait that long: when the time is up
+// bounded returns ErrStalled and leaves fn to finish in the background,
+// its result dropped. What fn wrote, it wrote: a claim that lands that
+// late sits out its lease, as one whose answer a network lost.
+func (d *Store) bounded(timeout time.Duration, fn func() error) error {
+	if timeout <= 0 {
+		return fn()
+	}
+	if d.stalled.Load() >= maxStalled {
+		return ErrStalled
+	}
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		d.stalled.Add(1)
+		go func() { <-done; d.stalled.Add(-1) }()
+		return ErrStalled
+	}
+}
+
+// view is a read transaction bounded by the store's timeout.
+func (d *Store) view(fn func(tx *bolt.Tx) error) error {
+	return d.bounded(d.timeout, func() error { return d.db.View(fn) })
 }
 
 // sweep deletes the expired records, diskSweepBatch per transaction.
@@ -166,15 +230,17 @@ func (d *Store) sweep() error {
 // returns. fn may run more than once (a batch that fails is retried one by
 // one), so it sets its results afresh each time.
 func (d *Store) write(fn func(tx *bolt.Tx) error) error {
-	defer d.writes.Add(-1)
-	var err error
-	if d.writes.Add(1) == 1 || d.unbatched {
-		err = d.db.Update(fn)
-	} else {
-		err = d.db.Batch(fn)
-	}
-	d.noteRefusal(err)
-	return err
+	return d.bounded(d.timeout, func() error {
+		defer d.writes.Add(-1)
+		var err error
+		if d.writes.Add(1) == 1 || d.unbatched {
+			err = d.db.Update(fn)
+		} else {
+			err = d.db.Batch(fn)
+		}
+		d.noteRefusal(err)
+		return err
+	})
 }
 
 // noteRefusal keeps refused in step with what the volume did with the
@@ -451,7 +517,7 @@ func (d *Store) Lookup(ctx context.Context, key string) (dedup.Record, error) {
 		return dedup.Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
 	var rec dedup.Record
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.view(func(tx *bolt.Tx) error {
 		now := time.Now().UnixMilli()
 		s, ok := buckets(tx).get([]byte(key), now)
 		if !ok {
@@ -486,13 +552,19 @@ func (d *Store) Forget(ctx context.Context, key string) (bool, error) {
 	return had, nil
 }
 
-// Ping checks that the file can be read.
+// Ping checks that the file answers within the store's timeout, that its
+// volume has room, and, after the volume refused a write, that it takes
+// one again.
 func (d *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
 	}
-	if err := d.db.View(func(*bolt.Tx) error { return nil }); err != nil {
+	if err := d.view(func(*bolt.Tx) error { return nil }); err != nil {
 		return fmt.Errorf("dedup: ping: %w", err)
+	}
+	if n := d.stalled.Load(); n > 0 {
+		// Reads of the pages in memory still answer; the writes do not.
+		return fmt.Errorf("dedup: ping: %w: %d operations still waiting on the file", ErrStalled, n)
 	}
 	var vol syscall.Statfs_t
 	if err := syscall.Statfs(d.dir, &vol); err == nil && vol.Bavail*uint64(vol.Bsize) < minFree {
@@ -500,12 +572,14 @@ func (d *Store) Ping(ctx context.Context) error {
 	}
 	if d.refused.Load() {
 		// Try a write of its own: the volume may have room again.
-		err := d.db.Update(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketRecords)
-			if err := b.Put(probeKey, nil); err != nil {
-				return err
-			}
-			return b.Delete(probeKey)
+		err := d.bounded(d.timeout, func() error {
+			return d.db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketRecords)
+				if err := b.Put(probeKey, nil); err != nil {
+					return err
+				}
+				return b.Delete(probeKey)
+			})
 		})
 		d.noteRefusal(err)
 		if err != nil {
@@ -569,7 +643,7 @@ func (d *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.D
 	}
 	// Workers poll: an empty poll reads, and commits nothing.
 	var due bool
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.view(func(tx *bolt.Tx) error {
 		k, _ := tx.Bucket(bucketDue).Cursor().First()
 		due = k != nil && int64(binary.BigEndian.Uint64(k)) <= time.Now().UnixMilli()
 		return nil
@@ -752,7 +826,7 @@ func (d *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 		out  []dedup.DeadLetter
 		next string
 	)
-	err = d.db.View(func(tx *bolt.Tx) error {
+	err = d.view(func(tx *bolt.Tx) error {
 		b := buckets(tx)
 		now := time.Now().UnixMilli()
 		c := b.dead.Cursor()
@@ -801,7 +875,7 @@ func (d *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
 	}
 	var st dedup.QueueStats
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.view(func(tx *bolt.Tx) error {
 		b := buckets(tx)
 		now := time.Now().UnixMilli()
 		oldest := int64(0)

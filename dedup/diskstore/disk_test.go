@@ -13,7 +13,7 @@ import (
 
 func openDiskAt(t *testing.T, dir string) *Store {
 	t.Helper()
-	d, err := Open(dir)
+	d, err := Open(Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func BenchmarkDisk(b *testing.B) {
 			name = "unbatched"
 		}
 		b.Run(name, func(b *testing.B) {
-			d, err := Open(b.TempDir())
+			d, err := Open(Config{Dir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func TestDiskReopen(t *testing.T) {
 func TestDiskLocked(t *testing.T) {
 	dir := t.TempDir()
 	openDiskAt(t, dir)
-	d, err := Open(dir)
+	d, err := Open(Config{Dir: dir})
 	if err == nil {
 		_ = d.Close()
 		t.Fatal("a second OpenDisk on one directory succeeded")
@@ -114,7 +114,7 @@ func TestDiskLocked(t *testing.T) {
 // TestDiskSweep checks the sweep deletes expired records from the file,
 // with their requests and index entries, and leaves the live ones.
 func TestDiskSweep(t *testing.T) {
-	d, err := openDisk(t.TempDir(), 10*time.Millisecond)
+	d, err := openDisk(Config{Dir: t.TempDir()}, 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,5 +183,30 @@ func TestDiskReopenReleasesDeliveries(t *testing.T) {
 	}
 	if rec := storetest.MustLookup(t, d, "later"); rec.State != dedup.Queued || rec.Delivery.NextAttemptAt.Before(time.Now().Add(50*time.Minute)) {
 		t.Errorf("the retry scheduled for later: %v due %s, want queued, still due in about an hour", rec.State, rec.Delivery.NextAttemptAt)
+	}
+}
+
+// TestDiskBounded: an operation on a file that does not answer (a frozen
+// volume blocks the write's system calls) returns ErrStalled once the
+// store's timeout is up, leaving the call to finish in the background;
+// past maxStalled such calls, the next fails at once.
+func TestDiskBounded(t *testing.T) {
+	d := openDiskAt(t, t.TempDir())
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	start := time.Now()
+	err := d.bounded(50*time.Millisecond, func() error { <-release; return nil })
+	if !errors.Is(err, ErrStalled) {
+		t.Fatalf("a call that never returns: %v, want ErrStalled", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("answered after %s, want about the timeout", took)
+	}
+	for range maxStalled - 1 {
+		_ = d.bounded(time.Millisecond, func() error { <-release; return nil })
+	}
+	called := false
+	if err := d.bounded(time.Hour, func() error { called = true; return nil }); !errors.Is(err, ErrStalled) || called {
+		t.Errorf("with %d calls stalled: %v (called: %v), want ErrStalled at once", maxStalled, err, called)
 	}
 }

@@ -21,7 +21,7 @@ func openMemory(_ context.Context, _ *config.Config, env Env) (dedup.Backend, er
 
 // openDisk is the embedded store in a file under DATA_DIR.
 func openDisk(_ context.Context, cfg *config.Config, env Env) (dedup.Backend, error) {
-	st, err := diskstore.Open(cfg.DataDir)
+	st, err := diskstore.Open(diskstore.Config{Dir: cfg.DataDir, Timeout: cfg.StoreTimeout})
 	if err != nil {
 		return dedup.Backend{}, configError(fmt.Errorf("DATA_DIR: %w", err))
 	}

@@ -65,7 +65,7 @@ func TestTraceParentRoundTrip(t *testing.T) {
 // not found, and a claim lost, are answers, not errors.
 func TestBackendSpans(t *testing.T) {
 	tp, sr := recorder(t)
-	d, err := diskstore.Open(t.TempDir())
+	d, err := diskstore.Open(diskstore.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
