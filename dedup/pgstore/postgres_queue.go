@@ -30,10 +30,10 @@ const enqueueSQL = live + `, won AS (
 	` + claimTakeover + `
 	RETURNING r.key
 ), queued AS (
-	INSERT INTO %[1]squeue AS q (key, method, request_uri, host, header, remote_addr, tls, body, route, namespace, ttl_micros, trace_parent, accepted_at, attempts, due_at)
+	INSERT INTO %[1]squeue AS q (key, method, request_uri, host, header_raw, remote_addr, tls, body, route, namespace, ttl_micros, trace_parent, accepted_at, attempts, due_at)
 	SELECT key, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, now(), 0, now() FROM won
 	ON CONFLICT (key) DO UPDATE SET method = excluded.method, request_uri = excluded.request_uri,
-		host = excluded.host, header = excluded.header, remote_addr = excluded.remote_addr, tls = excluded.tls,
+		host = excluded.host, header = NULL, header_raw = excluded.header_raw, remote_addr = excluded.remote_addr, tls = excluded.tls,
 		body = excluded.body, route = excluded.route, namespace = excluded.namespace, ttl_micros = excluded.ttl_micros,
 		trace_parent = excluded.trace_parent, accepted_at = excluded.accepted_at, attempts = 0, due_at = excluded.due_at,
 		lease_token = NULL, last_status = NULL, last_error = NULL, failed_at = NULL
@@ -55,7 +55,7 @@ const takeSQL = `WITH due AS (
 )
 UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
 FROM due WHERE q.key = due.key
-RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
+RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
 
 // succeedSQL completes a delivery its holder still owns: the request goes,
 // the record becomes a completed one.
@@ -115,10 +115,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	if err := ctx.Err(); err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
-	header, err := json.Marshal(req.Header)
-	if err != nil {
-		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
-	}
+	header := codec.AppendHeader(nil, req.Header)
 	body := req.Body
 	if body == nil {
 		body = []byte{}
@@ -152,16 +149,16 @@ func (s *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.D
 	var out []dedup.Delivery
 	for rows.Next() {
 		var d dedup.Delivery
-		var header []byte
+		var header, headerRaw []byte
 		r := &d.Request
 		var ttlMicros int64
-		if err := rows.Scan(&d.Claim.Key, &r.Method, &r.RequestURI, &r.Host, &header, &r.RemoteAddr, &r.TLS, &r.Body,
+		if err := rows.Scan(&d.Claim.Key, &r.Method, &r.RequestURI, &r.Host, &header, &headerRaw, &r.RemoteAddr, &r.TLS, &r.Body,
 			&r.Route, &r.Namespace, &ttlMicros, &r.TraceParent, &d.Attempt, &d.AcceptedAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("dedup: take: %w", err)
 		}
 		r.TTL = time.Duration(ttlMicros) * time.Microsecond
-		if err := json.Unmarshal(header, &r.Header); err != nil {
+		if err := readHeader(r, header, headerRaw); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("dedup: take %s: header: %w", d.Claim.Key, err)
 		}
@@ -367,4 +364,18 @@ func (s *Store) signal() {
 	case s.notify <- struct{}{}:
 	default:
 	}
+}
+
+// readHeader sets r's header from its columns: header_raw, the request
+// codec's bytes, or for an event queued before it existed, header's JSON.
+func readHeader(r *dedup.Request, header, headerRaw []byte) error {
+	if headerRaw != nil {
+		dec := codec.Decoder{Rest: headerRaw}
+		r.Header = dec.Header()
+		if dec.Err == nil && len(dec.Rest) > 0 {
+			dec.Err = errors.New("trailing bytes")
+		}
+		return dec.Err
+	}
+	return json.Unmarshal(header, &r.Header)
 }

@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS %[1]squeue (
 	method       text NOT NULL,
 	request_uri  text NOT NULL,
 	host         text NOT NULL,
-	header       jsonb NOT NULL,
+	header       jsonb,
 	remote_addr  text NOT NULL,
 	tls          boolean NOT NULL,
 	body         bytea NOT NULL,
@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS %[1]squeue (
 	namespace    text NOT NULL DEFAULT '',
 	ttl_micros   bigint NOT NULL DEFAULT 0,
 	trace_parent text NOT NULL DEFAULT '',
+	header_raw   bytea,
 	accepted_at  timestamptz NOT NULL,
 	attempts     integer NOT NULL DEFAULT 0,
 	due_at       timestamptz NOT NULL,
@@ -71,6 +72,11 @@ ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS route text NOT NULL DEFAULT '',
 -- Added with tracing: the accepting span's W3C traceparent, which each
 -- delivery attempt's span links to (empty for the events queued before).
 ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS trace_parent text NOT NULL DEFAULT '';
+-- Added so that a header keeps every byte it came with (JSON replaced what
+-- is not UTF-8 with U+FFFD): the header as stored by the request codec.
+-- header holds it as JSON for the events queued before, NULL after.
+ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS header_raw bytea,
+	ALTER COLUMN header DROP NOT NULL;
 CREATE INDEX IF NOT EXISTS %[1]squeue_due ON %[1]squeue (due_at) WHERE failed_at IS NULL;
 CREATE INDEX IF NOT EXISTS %[1]squeue_failed ON %[1]squeue (key) WHERE failed_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS %[1]sowners (
@@ -200,7 +206,7 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		// The tables, as this version writes them: the queue's columns
 		// added since the first release included, so that a database
 		// not migrated since is not taken for ready.
-		ping: f(`SELECT q.route, q.namespace, q.ttl_micros, q.trace_parent FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
+		ping: f(`SELECT q.route, q.namespace, q.ttl_micros, q.trace_parent, q.header_raw FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
 		// A small batch by physical address (a TID scan: no sort, no
 		// long lock), skipping rows a claim is taking over right now.
 		prune: f(`DELETE FROM %[1]srecords WHERE ctid = ANY(ARRAY(

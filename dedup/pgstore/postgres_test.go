@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -162,10 +163,11 @@ func TestPostgresUpgrade(t *testing.T) {
 		// forget empties what the release did not keep.
 		forget func(*dedup.Request)
 	}{
-		{"the first release", []string{"route", "namespace", "ttl_micros", "trace_parent"}, func(r *dedup.Request) {
+		{"the first release", []string{"route", "namespace", "ttl_micros", "trace_parent", "header_raw"}, func(r *dedup.Request) {
 			r.Route, r.Namespace, r.TTL, r.TraceParent = "", "", 0, ""
 		}},
-		{"the release before tracing", []string{"trace_parent"}, func(r *dedup.Request) { r.TraceParent = "" }},
+		{"the release before tracing", []string{"trace_parent", "header_raw"}, func(r *dedup.Request) { r.TraceParent = "" }},
+		{"the release that kept the header as JSON", []string{"header_raw"}, func(*dedup.Request) {}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := postgres.Get(t).NewDatabase(t)
@@ -179,9 +181,17 @@ func TestPostgresUpgrade(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close(ctx)
-			drops := make([]string, len(tc.drop))
-			for i, c := range tc.drop {
-				drops[i] = "DROP COLUMN " + c
+			// The header as those releases kept it: JSON only.
+			header, err := json.Marshal(storetest.Request.Header)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, `UPDATE webhook_dedup_queue SET header = $1`, header); err != nil {
+				t.Fatal(err)
+			}
+			drops := []string{"ALTER COLUMN header SET NOT NULL"}
+			for _, c := range tc.drop {
+				drops = append(drops, "DROP COLUMN "+c)
 			}
 			if _, err := conn.Exec(ctx, `ALTER TABLE webhook_dedup_queue `+strings.Join(drops, ", ")); err != nil {
 				t.Fatal(err)

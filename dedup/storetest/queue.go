@@ -35,6 +35,9 @@ var Requests = []dedup.Request{
 	{Method: "PUT", RequestURI: "/", Host: "h", RemoteAddr: "[::1]:1"},
 	{Method: "POST", RequestURI: "/b", Header: http.Header{"x-not-canonical": {"v"}}, Body: []byte{0, 0xff, '\n', 0x80},
 		Route: "/b", Namespace: "/b", TTL: 1500 * time.Millisecond, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"},
+	// Header values may carry bytes that are not UTF-8 (obs-text): they
+	// reach the app as they came.
+	{Method: "POST", RequestURI: "/raw", Header: http.Header{"X-Raw": {"caf\xe9", "\xff\xfe", "ok"}}, Body: []byte("{}")},
 }
 
 // Request is the request the queue cases enqueue: every part of it set,

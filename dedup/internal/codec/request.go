@@ -46,15 +46,7 @@ var ErrBadRequest = errors.New("unrecognised queued request")
 // EncodeRequest is the stored form of r.
 func EncodeRequest(r dedup.Request) []byte {
 	n := 2 + 8*binary.MaxVarintLen32 + len(r.Route) + len(r.Namespace) + len(r.TraceParent) + len(r.Method) + len(r.RequestURI) + len(r.Host) + len(r.RemoteAddr) + binary.MaxVarintLen32 + len(r.Body)
-	names := make([]string, 0, len(r.Header))
-	for name, vs := range r.Header {
-		names = append(names, name)
-		n += 2*binary.MaxVarintLen32 + len(name)
-		for _, v := range vs {
-			n += binary.MaxVarintLen32 + len(v)
-		}
-	}
-	slices.Sort(names)
+	n += headerLen(r.Header)
 	b := make([]byte, 0, n)
 	var flags byte
 	if r.TLS {
@@ -72,15 +64,7 @@ func EncodeRequest(r dedup.Request) []byte {
 	if version == requestVersion {
 		b = AppendString(b, r.TraceParent)
 	}
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, name := range names {
-		b = AppendString(b, name)
-		vs := r.Header[name]
-		b = binary.AppendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
-			b = AppendString(b, v)
-		}
-	}
+	b = AppendHeader(b, r.Header)
 	return append(b, r.Body...)
 }
 
@@ -116,25 +100,7 @@ func DecodeRequest(v []byte) (dedup.Request, error) {
 	if v[0] >= requestVersion {
 		r.TraceParent = d.Text()
 	}
-	names := d.Count()
-	if names > 0 {
-		r.Header = make(http.Header, names)
-	}
-	for range names {
-		name := d.Text()
-		values := d.Count()
-		if d.Err != nil {
-			break
-		}
-		if _, dup := r.Header[name]; dup {
-			return dedup.Request{}, fmt.Errorf("%w: header %q twice", ErrBadRequest, name)
-		}
-		vs := make([]string, 0, values)
-		for range values {
-			vs = append(vs, d.Text())
-		}
-		r.Header[name] = vs
-	}
+	r.Header = d.Header()
 	if d.Err != nil {
 		return dedup.Request{}, d.Err
 	}
@@ -142,6 +108,67 @@ func DecodeRequest(v []byte) (dedup.Request, error) {
 		r.Body = append([]byte(nil), d.Rest...)
 	}
 	return r, nil
+}
+
+// headerLen is about what AppendHeader adds for h, at most.
+func headerLen(h http.Header) int {
+	n := binary.MaxVarintLen32
+	for name, vs := range h {
+		n += 2*binary.MaxVarintLen32 + len(name)
+		for _, v := range vs {
+			n += binary.MaxVarintLen32 + len(v)
+		}
+	}
+	return n
+}
+
+// AppendHeader appends h's stored form to b: a uvarint number of names,
+// then for each, in the sorted order of the names (so one header always
+// encodes to the same bytes), the name as received (canonical or not), a
+// uvarint number of values, and the values. Every byte is kept: header
+// values may hold bytes that are not UTF-8.
+func AppendHeader(b []byte, h http.Header) []byte {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		b = AppendString(b, name)
+		vs := h[name]
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = AppendString(b, v)
+		}
+	}
+	return b
+}
+
+// Header reads a header AppendHeader wrote: nil when it has no names.
+func (d *Decoder) Header() http.Header {
+	names := d.Count()
+	var h http.Header
+	if names > 0 {
+		h = make(http.Header, names)
+	}
+	for range names {
+		name := d.Text()
+		values := d.Count()
+		if d.Err != nil {
+			return nil
+		}
+		if _, dup := h[name]; dup {
+			d.Err = fmt.Errorf("%w: header %q twice", ErrBadRequest, name)
+			return nil
+		}
+		vs := make([]string, 0, values)
+		for range values {
+			vs = append(vs, d.Text())
+		}
+		h[name] = vs
+	}
+	return h
 }
 
 // Decoder reads the uvarints, strings and counts of a stored value (a
