@@ -32,6 +32,11 @@ func OwnerKey(prefix string) string { return prefix + "owner" }
 // lost its data (flushed, or restarted without persistence).
 func MarkerKey(prefix string) string { return prefix + "marker" }
 
+// ClockKey is the key under prefix that only ever counts up, once per
+// monitor check: a count that goes back tells that Redis was rolled back
+// (restored from an older snapshot).
+func ClockKey(prefix string) string { return prefix + "clock" }
+
 // CheckOwner makes the configured AppName the owner of the key prefix if
 // it has none, and returns an error wrapping ErrPrefixOwned, naming the
 // owner, if another app owns it. Without an AppName it does nothing.

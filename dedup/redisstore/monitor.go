@@ -52,6 +52,9 @@ type Monitor struct {
 	mu sync.Mutex
 	// marker is the marker's value last seen; "" before the first check.
 	marker string
+	// clock is the value of the clock key this process last set; zero
+	// before the first check.
+	clock int64
 	// servers is each server's INFO at the last check that read it, by
 	// address.
 	servers map[string]ServerInfo
@@ -130,6 +133,8 @@ func (m *Monitor) Check(ctx context.Context) error {
 	infos, infoErr := m.s.Info(ctx)
 	ownerErr := m.s.CheckOwner(ctx)
 	lost, markerErr := m.checkMarker(ctx)
+	back, clockErr := m.checkClock(ctx, lost)
+	lost = lost || back
 	var answered redis.Error
 	switch {
 	case errors.As(infoErr, &answered):
@@ -144,7 +149,32 @@ func (m *Monitor) Check(ctx context.Context) error {
 	if lost {
 		m.dataLoss.Inc()
 	}
-	return errors.Join(ownerErr, markerErr, infoErr)
+	return errors.Join(ownerErr, markerErr, clockErr, infoErr)
+}
+
+// checkClock advances the clock key and reports whether it went back. It
+// is only ever incremented, by every monitor sharing the key prefix, so a
+// value no higher than the last this process set means Redis holds older
+// data than it did: restored from a snapshot, or a replica promoted
+// without the latest writes, while the marker survived. markerLost says
+// the marker check already reported the loss (an emptied Redis also
+// empties the clock), which is then not reported twice.
+func (m *Monitor) checkClock(ctx context.Context, markerLost bool) (bool, error) {
+	octx, cancel := m.s.bound(ctx)
+	defer cancel()
+	key := ClockKey(m.cfg.KeyPrefix)
+	n, err := m.s.client.Do(octx, "INCR", key).Int64()
+	if err != nil {
+		return false, fmt.Errorf("dedup: redis clock %s: %w", key, err)
+	}
+	before := m.clock
+	m.clock = n
+	if before == 0 || n > before || markerLost {
+		return false, nil
+	}
+	m.log.Error("Redis went back in time: it holds older data than it did (restored from a snapshot, or a replica promoted without the latest writes); events accepted since then may be lost, events completed since then are forwarded again, and deliveries under way since then may be made twice",
+		zap.String("key", key), zap.Int64("clock", n), zap.Int64("last_seen", before))
+	return true, nil
 }
 
 // checkMarker writes the marker if it is missing and reports whether one

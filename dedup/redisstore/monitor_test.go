@@ -239,3 +239,38 @@ func TestRedisPingOutOfMemory(t *testing.T) {
 		t.Errorf("Ping once memory is free: %v", err)
 	}
 }
+
+// TestMonitorRollback: Redis restored from a snapshot taken a few checks
+// ago (its marker still there, the records since then gone, its clock
+// behind) is a loss the marker alone does not see: the clock key tells
+// it, once.
+func TestMonitorRollback(t *testing.T) {
+	srv := redistest.New(t)
+	s, m, logs := monitored(t, srv)
+	ctx := context.Background()
+	raw := rawClient(t, srv)
+	check := func(what string, want float64) {
+		t.Helper()
+		if err := m.Check(ctx); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := value(m.dataLoss); got != want {
+			t.Errorf("%s: webhook_dedup_redis_data_loss_total = %v, want %v", what, got, want)
+		}
+	}
+	check("first check", 0)
+	if err := raw.Save(ctx).Err(); err != nil { // the snapshot that comes back
+		t.Fatal(err)
+	}
+	for range 3 {
+		check("checks after the snapshot", 0)
+	}
+	srv.Stop()
+	srv.Start() // loads the snapshot: marker there, clock behind
+	storetest.Eventually(t, "the store to reconnect", func() bool { return s.Ping(ctx) == nil })
+	check("after the rollback", 1)
+	check("the check after", 1)
+	if n := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("Redis went back in time").Len(); n != 1 {
+		t.Errorf("%d error logs about Redis going back in time, want 1: %v", n, logs.All())
+	}
+}
