@@ -733,11 +733,18 @@ func (d *Store) settle(ctx context.Context, op string, dl dedup.Delivery, status
 			return dedup.ErrNotOwner
 		}
 		a, err := codec.DecodeAsync(s.value)
+		if err == nil && op == "succeed" && a.State == dedup.Completed && a.Token == tok {
+			return nil // done already: a repeat whose first answer was lost
+		}
 		if err != nil || a.State != dedup.Delivering || a.Token != tok {
 			return dedup.ErrNotOwner
 		}
 		next := a
-		next.Token = [codec.TokenLen]byte{}
+		if op != "succeed" {
+			// A completed record keeps the token that completed it, so
+			// that its holder's repeat is recognised.
+			next.Token = [codec.TokenLen]byte{}
+		}
 		next.LastStatus, next.LastError = status, reason
 		expires := change(&next, now)
 		if next.State == dedup.Completed {

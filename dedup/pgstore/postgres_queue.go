@@ -62,7 +62,7 @@ RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remo
 const succeedSQL = `WITH mine AS (
 	DELETE FROM %[1]squeue WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key, attempts
 )
-UPDATE %[1]srecords r SET state = 2, token = NULL, since = now(), expires_at = now() + $3::bigint * interval '1 microsecond',
+UPDATE %[1]srecords r SET state = 2, token = $2, since = now(), expires_at = now() + $3::bigint * interval '1 microsecond',
 	status = $4, fingerprint = $5, content_type = $6, body = $7, attempts = mine.attempts
 FROM mine WHERE r.key = mine.key`
 
@@ -195,7 +195,25 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
 	status, fp, ct, body := resultColumns(res)
-	return s.settle(ctx, "succeed", d, s.sql.succeed, micros(ttl), status, fp, ct, body)
+	err := s.settle(ctx, "succeed", d, s.sql.succeed, micros(ttl), status, fp, ct, body)
+	if errors.Is(err, dedup.ErrNotOwner) && s.succeeded(ctx, d) {
+		return nil // done already: a repeat whose first answer was lost
+	}
+	return err
+}
+
+// succeeded reports whether d's own Succeed completed its event: the
+// completed record keeps the token that completed it.
+func (s *Store) succeeded(ctx context.Context, d dedup.Delivery) bool {
+	tok, ok := codec.ParseToken(d.Claim.Token)
+	if !ok {
+		return false
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var done bool
+	err := s.pool.QueryRow(ctx, s.sql.succeeded, d.Claim.Key, tok[:]).Scan(&done)
+	return err == nil && done
 }
 
 // Retry gives d back to the queue, due again at next.

@@ -124,10 +124,10 @@ func (s *Store) lockKey(what string) int64 {
 
 // statements are the store's SQL with its table names filled in.
 type statements struct {
-	claim, complete, release, lookup, forget, ping, prune string
-	enqueue, take, succeed, retry, fail, requeue          string
-	deadLetters, stats, notify                            string
-	owner                                                 string
+	claim, complete, release, lookup, forget, ping, prune   string
+	enqueue, take, succeed, succeeded, retry, fail, requeue string
+	deadLetters, stats, notify                              string
+	owner                                                   string
 }
 
 // recordColumns read a record (r) and its queue row (q, absent for sync
@@ -214,6 +214,7 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		enqueue:     f(enqueueSQL),
 		take:        f(takeSQL),
 		succeed:     f(succeedSQL),
+		succeeded:   f(`SELECT EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND state = 2 AND token = $2 AND expires_at > now())`),
 		retry:       f(retrySQL),
 		fail:        f(failSQL),
 		requeue:     f(requeueSQL),

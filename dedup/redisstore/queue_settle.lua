@@ -6,7 +6,12 @@
 --   'retry':   ARGV[5] due at ms, ARGV[6] status, ARGV[7] reason
 --   'fail':    ARGV[5] keep ms, ARGV[6] status, ARGV[7] reason
 -- Returns 1 when settled, 0 when the caller no longer holds the delivery.
+-- A succeed that the caller already made (its answer lost) returns 1: the
+-- completed record keeps the token that completed it.
 local st = redis.call('HMGET', KEYS[1], 's', 'k', 'e')
+if st[1] == '2' and st[2] == ARGV[3] and ARGV[4] == 'succeed' then
+  return 1
+end
 if st[1] ~= '4' or st[2] ~= ARGV[3] then
   return 0
 end
@@ -14,8 +19,11 @@ end
 -- is never trimmed, so it holds only events not yet settled.
 redis.call('XACK', KEYS[3], ARGV[1], st[3])
 redis.call('XDEL', KEYS[3], st[3])
-redis.call('HDEL', KEYS[1], 'k', 'e', 'q')
+redis.call('HDEL', KEYS[1], 'e', 'q')
 local outcome = ARGV[4]
+if outcome ~= 'succeed' then
+  redis.call('HDEL', KEYS[1], 'k')
+end
 if outcome == 'succeed' then
   redis.call('HSET', KEYS[1], 's', 2, 'r', ARGV[5], 'ls', ARGV[7])
   redis.call('HDEL', KEYS[1], 'le', 'n')

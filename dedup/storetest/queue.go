@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -139,8 +140,19 @@ var queueTests = []struct {
 		if _, rec, _ := s.Claim(ctx, "k", Lease); rec.State != dedup.Completed {
 			t.Errorf("sync Claim of a delivered key saw %v, want completed", rec.State)
 		}
-		if err := s.Succeed(ctx, d, Replayed, Keep); !errors.Is(err, dedup.ErrNotOwner) {
-			t.Errorf("second Succeed = %v, want ErrNotOwner", err)
+		// The holder writing its outcome again (its first answer lost to
+		// a timeout, though the store had taken it) is told it is done,
+		// not that another worker took the event over.
+		if err := s.Succeed(ctx, d, Replayed, Keep); err != nil {
+			t.Errorf("the holder's second Succeed = %v, want nil", err)
+		}
+		if rec := MustLookup(t, s, "k"); rec.State != dedup.Completed || rec.Delivery.Attempts != 1 {
+			t.Errorf("after the second Succeed: %v after %d attempts, want completed after 1", rec.State, rec.Delivery.Attempts)
+		}
+		stranger := d
+		stranger.Claim.Token = hex.EncodeToString(make([]byte, 16))
+		if err := s.Succeed(ctx, stranger, Replayed, Keep); !errors.Is(err, dedup.ErrNotOwner) {
+			t.Errorf("a stranger's Succeed of a delivered event = %v, want ErrNotOwner", err)
 		}
 		if ds := Take(t, s, 10, Lease); len(ds) != 0 {
 			t.Errorf("a delivered event was handed out again")
