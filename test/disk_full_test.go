@@ -69,19 +69,7 @@ func TestDataDirFullVolume(t *testing.T) {
 	// file to grow: a full volume refuses it.
 	app.PadAnswers(512 << 10)
 	env := asyncEnv(app.URL, map[string]string{"DATA_DIR": dir, "REPLAY_RESPONSE": "true", "REPLAY_MAX_BYTES": "1048576"})
-	env["DELIVERY_CONCURRENCY"] = "4"
-	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
-	px := launch(t, env)
-	px.waitHealthy()
-	px.awaitReady(t)
-	keys := queueEvents(t, px, github, 8)
-	deadline := time.Now().Add(10 * time.Second)
-	for app.Total() < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries reached the app, want the 4 DELIVERY_CONCURRENCY allows", app.Total())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	px, keys := heldDeliveries(t, app, env, "2s", "3s")
 
 	free := fill(t, dir)
 	release() // the app takes the four it holds, with the volume full

@@ -36,23 +36,11 @@ func storeBlipRun(t *testing.T, name string, storeEnv map[string]string, stop, s
 	env := asyncEnv(app.URL, storeEnv)
 	// A lease that runs out well within the test: a delivery whose record
 	// was dropped would be handed out, and delivered, again.
-	env["DELIVERY_CONCURRENCY"] = "4"
-	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "4s", "6s"
-	px := launch(t, env)
-	px.waitHealthy()
-	px.awaitReady(t)
-	keys := queueEvents(t, px, github, 8)
-	deadline := time.Now().Add(10 * time.Second)
-	for app.Total() < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries reached the app, want the 4 DELIVERY_CONCURRENCY allows", app.Total())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	px, keys := heldDeliveries(t, app, env, "4s", "6s")
 
 	stop()
 	release() // the app answers 200 to the four it holds, with the store down
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for len(app.EffectsSnapshot()) < 4 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the app took %d of the deliveries it held, want 4", len(app.EffectsSnapshot()))
@@ -79,4 +67,26 @@ func storeBlipRun(t *testing.T, name string, storeEnv map[string]string, stop, s
 	}
 	// And the outage did meet the writes that record them.
 	px.awaitLog(t, "the store took the record of a delivery the app took, at last", 1)
+}
+
+// heldDeliveries starts the proxy with env (and the upstream timeout and
+// lease given) in front of app, which holds every request, queues 8
+// GitHub events, and returns once the app holds the 4 deliveries
+// DELIVERY_CONCURRENCY=4 allows.
+func heldDeliveries(t *testing.T, app *upstream, env map[string]string, upstreamTimeout, lease string) (*proxy, []string) {
+	t.Helper()
+	env["DELIVERY_CONCURRENCY"] = "4"
+	env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = upstreamTimeout, lease
+	px := launch(t, env)
+	px.waitHealthy()
+	px.awaitReady(t)
+	keys := queueEvents(t, px, github, 8)
+	deadline := time.Now().Add(10 * time.Second)
+	for app.Total() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries reached the app, want the 4 DELIVERY_CONCURRENCY allows", app.Total())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return px, keys
 }
