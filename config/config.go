@@ -38,7 +38,7 @@ type Config struct {
 	AsyncStatus          int                `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
 	RetryInitialInterval time.Duration      `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
 	RetryMaxInterval     time.Duration      `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
-	RetryMaxAttempts     int                `env:"RETRY_MAX_ATTEMPTS" envDefault:"25" desc:"attempts, the first included, before an event is dead-lettered"`
+	RetryMaxAttempts     int                `env:"RETRY_MAX_ATTEMPTS" desc:"attempts, the first included, before an event is dead-lettered; empty: no cap, an event is retried until RETRY_MAX_AGE (the knob for how long to keep trying)"`
 	RetryMaxAge          time.Duration      `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
 	DeadLetterTTL        time.Duration      `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
 	// Resign and AllowUnverifiedAsync are validated in completeVerified.
@@ -446,8 +446,8 @@ func (c *Config) completeDelivery(bad func(name, format string, args ...any)) {
 	if c.RetryInitialInterval > 0 && c.RetryMaxInterval > 0 && c.RetryMaxInterval < c.RetryInitialInterval {
 		bad("RETRY_MAX_INTERVAL", "%s is less than RETRY_INITIAL_INTERVAL (%s)", c.RetryMaxInterval, c.RetryInitialInterval)
 	}
-	if c.RetryMaxAttempts <= 0 {
-		bad("RETRY_MAX_ATTEMPTS", "must be positive, got %d", c.RetryMaxAttempts)
+	if c.RetryMaxAttempts < 0 {
+		bad("RETRY_MAX_ATTEMPTS", "must not be negative, got %d", c.RetryMaxAttempts)
 	}
 }
 

@@ -67,7 +67,7 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"ASYNC_STATUS": "204"}, "ASYNC_STATUS"},
 		{map[string]string{"RETRY_INITIAL_INTERVAL": "0s"}, "RETRY_INITIAL_INTERVAL"},
 		{map[string]string{"RETRY_INITIAL_INTERVAL": "2m", "RETRY_MAX_INTERVAL": "1m"}, "RETRY_MAX_INTERVAL"},
-		{map[string]string{"RETRY_MAX_ATTEMPTS": "0"}, "RETRY_MAX_ATTEMPTS"},
+		{map[string]string{"RETRY_MAX_ATTEMPTS": "-1"}, "RETRY_MAX_ATTEMPTS"},
 		{map[string]string{"RETRY_MAX_AGE": "-1h"}, "RETRY_MAX_AGE"},
 		{map[string]string{"DEAD_LETTER_TTL": "0s"}, "DEAD_LETTER_TTL"},
 	} {
@@ -167,7 +167,7 @@ func TestAsyncDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Delivery != proxy.SyncDelivery || cfg.DeliveryConcurrency != 16 || cfg.AsyncStatus != 202 ||
-		cfg.RetryInitialInterval != time.Second || cfg.RetryMaxInterval != 10*time.Minute || cfg.RetryMaxAttempts != 25 ||
+		cfg.RetryInitialInterval != time.Second || cfg.RetryMaxInterval != 10*time.Minute || cfg.RetryMaxAttempts != 0 ||
 		cfg.RetryMaxAge != 72*time.Hour || cfg.DeadLetterTTL != 168*time.Hour {
 		t.Fatalf("async defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}

@@ -255,7 +255,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
 		return
 	}
-	if d.Attempt >= w.cfg.MaxAttempts || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
+	if (w.cfg.MaxAttempts > 0 && d.Attempt >= w.cfg.MaxAttempts) || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
 		err := w.cfg.Queue.Fail(sctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
 		fields = append(fields, zap.String("result", resultDeadLettered), zap.Duration("kept", w.cfg.DeadLetterTTL))

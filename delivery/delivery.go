@@ -101,8 +101,9 @@ type Config struct {
 	// waits a random time up to InitialInterval·2ⁿ⁻¹, at most
 	// MaxInterval. If zero, 1s and 10m.
 	InitialInterval, MaxInterval time.Duration
-	// MaxAttempts dead-letters an event after that many attempts, the
-	// first included. If zero, 25.
+	// MaxAttempts, if not zero, dead-letters an event after that many
+	// attempts, the first included. If zero, there is no cap: an event is
+	// retried until MaxAge.
 	MaxAttempts int
 	// MaxAge dead-letters an event still failing that long after it was
 	// accepted. If zero, 72h.
@@ -163,9 +164,6 @@ func New(cfg Config) *Workers {
 	}
 	if cfg.MaxInterval == 0 {
 		cfg.MaxInterval = 10 * time.Minute
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = 25
 	}
 	if cfg.MaxAge == 0 {
 		cfg.MaxAge = 72 * time.Hour

@@ -266,6 +266,24 @@ func TestDeadLetteredAfterMaxAttempts(t *testing.T) {
 	}
 }
 
+// TestNoAttemptCapByDefault: with MaxAttempts unset, the number of
+// attempts dead-letters nothing: an event failing for the 40th time,
+// within MaxAge, is retried (a cap of 25 ran out after about 1.3 h of a
+// dead app, where RETRY_MAX_AGE promised 72 h).
+func TestNoAttemptCapByDefault(t *testing.T) {
+	a := newApp(t, func(string) (int, string) { return http.StatusBadGateway, "" })
+	q := newQueue(t)
+	q.enqueue(t, "k", webhookRequest("{}"))
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, PollInterval: 5 * time.Millisecond})
+	await(t, "40 attempts or a dead letter", func() bool {
+		rec := q.record(t, "k")
+		return rec.Delivery.Attempts >= 40 || rec.State == dedup.Failed
+	})
+	if rec := q.record(t, "k"); rec.State == dedup.Failed {
+		t.Errorf("dead-lettered after %d attempts within MaxAge, want retried", rec.Delivery.Attempts)
+	}
+}
+
 // TestDeadLetteredAfterMaxAge: an event still failing MaxAge after it was
 // accepted is dead-lettered at that failure, whatever its attempt count;
 // one failing just short of MaxAge is retried. The workers' clock stands
