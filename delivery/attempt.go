@@ -208,6 +208,14 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	}
 	span.answered(o)
 	now := w.cfg.Now()
+	if req != nil && ctx.Err() == nil {
+		switch opened, closed := w.breaker.record(o.err == nil || !unanswered(o.err), now); {
+		case opened:
+			w.log.Warn("the app does not answer: delivering one probe at a time, with growing pauses, until it does; queued events keep their place", zap.Error(o.err))
+		case closed:
+			w.log.Info("the app answers again: delivering at full concurrency")
+		}
+	}
 	fields = append(fields, zap.String("route", route), zap.Int("app_status", o.status), zap.Duration("duration", now.Sub(start)))
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)

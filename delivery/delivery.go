@@ -139,6 +139,8 @@ type Workers struct {
 	// recording holds the outcomes the app gave that the store has not
 	// taken yet.
 	recording recording
+	// breaker backs off the app while it does not answer at all.
+	breaker breaker
 	// tracer makes the attempts' spans; nil when tracing is off.
 	tracer trace.Tracer
 	nudge  chan struct{}
@@ -209,6 +211,7 @@ func New(cfg Config) *Workers {
 		completion: completion,
 		forward:    newForwarder(cfg.Upstream, transport, completion, cfg.Logger),
 		tracer:     tracer,
+		breaker:    breaker{trip: max(cfg.Concurrency, 5)},
 		nudge:      make(chan struct{}, 1),
 		freed:      make(chan struct{}, 1),
 	}
@@ -249,6 +252,18 @@ func (w *Workers) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		free, probe, wait := w.breaker.allow(free, w.cfg.Now())
+		if free == 0 {
+			// The app is down: the next probe, or the one out, settles it.
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+			case <-w.freed:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
 		ds, err := w.cfg.Queue.Take(ctx, free, w.cfg.Lease)
 		if err != nil && ctx.Err() == nil && !failing {
 			w.log.Error("taking queued deliveries failed: retrying at every poll", zap.Error(err))
@@ -257,10 +272,12 @@ func (w *Workers) Run(ctx context.Context) error {
 			w.log.Info("taking queued deliveries works again")
 		}
 		failing = err != nil
+		sent := 0
 		for _, d := range ds {
 			if w.recording.adopt(d) {
 				continue // the app has it: only its record is still to be written
 			}
+			sent++
 			slots <- struct{}{}
 			running.Add(1)
 			go func() {
@@ -271,6 +288,9 @@ func (w *Workers) Run(ctx context.Context) error {
 				}()
 				w.attempt(attemptCtx, d)
 			}()
+		}
+		if probe && sent == 0 {
+			w.breaker.unused()
 		}
 		if err == nil && len(ds) == free {
 			continue // more may be due

@@ -1,0 +1,98 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// Pacing of the probes while the app is unreachable.
+const (
+	firstProbePause = 100 * time.Millisecond
+	maxProbePause   = 30 * time.Second
+)
+
+// breaker backs the deliveries off as a whole while the app does not
+// answer at all (its connections refused or timing out): once as many
+// attempts in a row as may run at once have failed that way, the app is
+// taken for down, and one probe attempt at a time goes out, paced by a
+// pause that doubles up to maxProbePause, until one gets any answer from
+// the app; then full concurrency again. Without it, a queue of thousands
+// in front of a dead app made as many failed attempts a second as the
+// workers could, for nothing. Queued events keep their place: the
+// deliveries not let out stay queued, with no attempt counted.
+type breaker struct {
+	// trip is how many unanswered attempts in a row open the breaker.
+	trip int
+
+	mu       sync.Mutex
+	failures int  // unanswered attempts in a row
+	open     bool // the app is taken for down: probes only
+	probing  bool // a probe is out
+	pause    time.Duration
+	next     time.Time // when the next probe may go
+}
+
+// allow reports how many deliveries may be taken now, of free: all of
+// them while the app answers; while it does not, one probe when one is
+// due and none is out, else none, with how long until the next probe. A
+// probe allowed that sends nothing is given back with unused.
+func (b *breaker) allow(free int, now time.Time) (n int, probe bool, wait time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.open:
+		return free, false, 0
+	case b.probing:
+		return 0, false, b.pause
+	case now.Before(b.next):
+		return 0, false, b.next.Sub(now)
+	}
+	b.probing = true
+	return 1, true, 0
+}
+
+// record notes an attempt's outcome, answered being whether the app
+// answered it at all (any status), and reports whether that opened the
+// breaker or closed it.
+func (b *breaker) record(answered bool, now time.Time) (opened, closed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if answered {
+		closed = b.open
+		b.failures, b.open, b.probing, b.pause = 0, false, false, 0
+		return false, closed
+	}
+	b.failures++
+	if b.open {
+		b.probing = false
+		b.pause = min(2*b.pause, maxProbePause)
+		b.next = now.Add(b.pause)
+		return false, false
+	}
+	if b.failures >= b.trip {
+		b.open, b.pause = true, firstProbePause
+		b.next = now.Add(b.pause)
+		return true, false
+	}
+	return false, false
+}
+
+// unused gives back a probe allow handed out that sent nothing (nothing
+// was due): the next may go at once.
+func (b *breaker) unused() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+}
+
+// unanswered reports whether err means the app gave no answer at all: its
+// connection refused, reset or timed out, or its address unknown. An
+// answer of any status is an answer.
+func unanswered(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns) || errors.Is(err, context.DeadlineExceeded)
+}
