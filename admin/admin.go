@@ -307,7 +307,11 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	page, err := ListDeadLetters(r.Context(), s.cfg.DeadLetters, s.cfg.KeyPrefix, r.URL.Query().Get("cursor"), limit)
-	if err != nil {
+	switch {
+	case errors.Is(err, dedup.ErrBadCursor):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cursor: not one a previous page returned as next_cursor"})
+		return
+	case err != nil:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}

@@ -561,8 +561,8 @@ var queueTests = []struct {
 		if rec := MustLookup(t, s, "k"); rec.State != dedup.Delivering {
 			t.Errorf("after the rejected calls: %v, want delivering", rec.State)
 		}
-		if _, _, err := s.DeadLetters(ctx, "not a cursor", 10); err == nil {
-			t.Error("DeadLetters with a made-up cursor succeeded")
+		if _, _, err := s.DeadLetters(ctx, "not a cursor", 10); !errors.Is(err, dedup.ErrBadCursor) {
+			t.Errorf("DeadLetters with a made-up cursor = %v, want dedup.ErrBadCursor", err)
 		}
 	}},
 }
