@@ -327,7 +327,7 @@ func ListDeadLetters(ctx context.Context, st DeadLetterLister, prefix, cursor st
 	}
 	page := DeadLetterPage{DeadLetters: make([]DeadLetter, 0, len(dls)), NextCursor: next}
 	for _, dl := range dls {
-		ns, id := splitEventKey(prefix, dl.Key)
+		ns, id := dedup.SplitEventKey(prefix, "", dl.Key)
 		page.DeadLetters = append(page.DeadLetters, DeadLetter{
 			Namespace: ns, ID: id, Attempts: dl.Attempts, LastStatus: dl.LastStatus, LastError: dl.LastError,
 			FailedAt: dl.FailedAt.UTC().Format(time.RFC3339),
@@ -388,15 +388,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// splitEventKey undoes dedup.EventKey at the first ':' after the prefix:
-// preset names carry none and route paths hardly ever do, while IDs may.
-// A key with none (which the proxy never writes) is shown whole as the ID.
-func splitEventKey(prefix, key string) (namespace, id string) {
-	rest := strings.TrimPrefix(key, prefix)
-	if ns, id, ok := strings.Cut(rest, ":"); ok {
-		return ns, id
-	}
-	return "", rest
 }
