@@ -18,6 +18,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
 	"github.com/webhook-dedup/webhook-dedup/internal/serve"
 	"github.com/webhook-dedup/webhook-dedup/internal/stores"
 	"go.uber.org/zap"
@@ -156,6 +157,11 @@ func openStoreForCommand(ctx context.Context, environ map[string]string, memoryE
 	// The one line that says the store is unreachable is this command's
 	// error: the store's own log would bury it.
 	b, err := stores.Open(ctx, cfg, stores.Env{Log: zap.NewNop(), Registerer: prometheus.NewRegistry()})
+	if errors.Is(err, diskstore.ErrLocked) {
+		// The one process that holds the file is, nearly always, the
+		// proxy itself: what the operator needs is the way to reach it.
+		return nil, dedup.Backend{}, fmt.Errorf("%w\nthe running proxy holds DATA_DIR's file: set ADMIN_TOKEN (and ADMIN_ADDR, if its admin port is not :9090) to ask it through its admin API instead", err)
+	}
 	if err != nil {
 		return nil, dedup.Backend{}, err
 	}
