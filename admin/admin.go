@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -245,8 +246,10 @@ func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
 	return ev
 }
 
-// seconds is d in seconds, to the millisecond: finer is noise to a reader.
-func seconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
+// seconds is d in seconds, to the millisecond: finer is noise to a
+// reader. It rounds the float, not the Duration: 2978ms.Seconds() is
+// 2.9779999999999998, which JSON would print as such.
+func seconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
 
 // retry puts a dead-lettered event back in the queue as a new first attempt.
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {

@@ -258,7 +258,7 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	if d.Attempt >= w.cfg.MaxAttempts || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
 		err := w.cfg.Queue.Fail(sctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
-		fields = append(fields, zap.String("result", resultDeadLettered), zap.Duration("kept", w.cfg.DeadLetterTTL))
+		fields = append(fields, zap.String("result", resultDeadLettered), zap.Stringer("kept", w.cfg.DeadLetterTTL))
 		span.settled(resultDeadLettered, reason)
 		if err == nil {
 			ns, id := dedup.SplitEventKey(w.cfg.KeyPrefix, namespace, d.Claim.Key)

@@ -491,6 +491,7 @@ func TestDeadLetterLogNamesTheEvent(t *testing.T) {
 	want := map[string]any{
 		"namespace":  "/hooks/a:b",
 		"event_id":   "it's 1",
+		"kept":       "168h0m0s", // the default DEAD_LETTER_TTL, as it is configured
 		"retry_with": `webhook-dedup retry /hooks/a:b 'it'\''s 1', or POST /v1/events/%2Fhooks%2Fa:b/it%27s%201/retry on the admin port`,
 	}
 	for k, v := range want {
