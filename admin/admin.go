@@ -92,6 +92,11 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("DELETE /v1/events/{namespace}/{id}", s.authorized(s.forget))
 	s.mux.HandleFunc("POST /v1/events/{namespace}/{id}/retry", s.authorized(s.retry))
 	s.mux.HandleFunc("GET /v1/dead-letters", s.authorized(s.deadLetters))
+	s.mux.HandleFunc("POST /v1/dead-letters/retry", s.authorized(s.retryDeadLetters))
+	s.mux.HandleFunc("/v1/dead-letters/retry", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Allow", "POST")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+	}))
 	s.mux.HandleFunc("/v1/dead-letters", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})

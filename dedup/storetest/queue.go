@@ -618,6 +618,25 @@ func TakeOne(t *testing.T, s dedup.Queue, lease time.Duration) dedup.Delivery {
 	return ds[0]
 }
 
+// DeadLetter queues Request under each key and dead-letters it, as a
+// worker whose last attempt failed would: for the tests of what reads the
+// dead letters (the admin API, the CLI).
+func DeadLetter(t *testing.T, s dedup.Queue, keys ...string) {
+	t.Helper()
+	for _, key := range keys {
+		MustEnqueue(t, s, key)
+	}
+	ds := Take(t, s, len(keys), Lease)
+	if len(ds) != len(keys) {
+		t.Fatalf("Take(%d) = %d deliveries, want all", len(keys), len(ds))
+	}
+	for _, d := range ds {
+		if err := s.Fail(context.Background(), d, 500, "the app answered 500", Keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Stats returns the queue's stats, failing the test on an error.
 func Stats(t *testing.T, s dedup.Queue) dedup.QueueStats {
 	t.Helper()
