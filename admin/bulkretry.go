@@ -40,8 +40,8 @@ func (sel RetrySelection) selects(prefix string, dl dedup.DeadLetter) bool {
 }
 
 // BulkRetry is what a bulk retry did: how many dead letters it queued
-// again, and the cursor to go on from when it stopped at its limit
-// (empty once it has been through them all).
+// again, and the cursor to go on from when it stopped at its limit or
+// its deadline (empty once it has been through them all).
 type BulkRetry struct {
 	Requeued   int    `json:"requeued"`
 	NextCursor string `json:"next_cursor"`
@@ -53,18 +53,35 @@ const (
 	maxBulk     = 10000
 )
 
+// bulkBudget bounds one POST /v1/dead-letters/retry, within the admin
+// port's 30 s write timeout (internal/server.Admin): every requeue is a
+// store write (an fsync on DATA_DIR), and 10000 of them may take longer.
+// pageMargin is the time a page is given: with less left before the
+// deadline, RetryDeadLetters stops at the page's start and answers the
+// cursor to go on from, as it does at its limit.
+const (
+	bulkBudget = 20 * time.Second
+	pageMargin = 5 * time.Second
+)
+
 // RetryDeadLetters queues again, as new first attempts, up to limit of
 // the dead letters sel chooses, reading them from cursor (empty: from the
 // first) a page at a time, for the API and the CLI alike. One that is no
 // longer dead-lettered when its turn comes (retried meanwhile, or
 // expired) is skipped, so a second call requeues none of the first's.
-// On an error it returns what was requeued until then.
+// With a deadline on ctx, it stops between pages once less than
+// pageMargin is left, with the cursor to go on from. On an error it
+// returns what was requeued until then.
 func RetryDeadLetters(ctx context.Context, q DeadLetters, prefix string, sel RetrySelection, cursor string, limit int) (BulkRetry, error) {
 	if sel.FailedBefore.IsZero() {
 		sel.FailedBefore = time.Now()
 	}
 	var res BulkRetry
 	for {
+		if deadline, ok := ctx.Deadline(); ok && cursor != "" && time.Until(deadline) < pageMargin {
+			res.NextCursor = cursor
+			return res, nil
+		}
 		// A page no longer than what is left to requeue, so that the
 		// limit is reached at a page's end, where the store's cursor
 		// says where to go on.
@@ -125,7 +142,9 @@ func (s *Server) retryDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	res, err := RetryDeadLetters(r.Context(), s.cfg.DeadLetters, s.cfg.KeyPrefix, sel, query.Get("cursor"), limit)
+	ctx, cancel := context.WithTimeout(r.Context(), bulkBudget)
+	defer cancel()
+	res, err := RetryDeadLetters(ctx, s.cfg.DeadLetters, s.cfg.KeyPrefix, sel, query.Get("cursor"), limit)
 	if res.Requeued > 0 {
 		s.cfg.Logger.Info("dead letters queued again by the admin API", zap.Int("requeued", res.Requeued), zap.String("namespace", sel.Namespace),
 			zap.Time("failed_before", sel.FailedBefore), zap.Time("failed_after", sel.FailedAfter))

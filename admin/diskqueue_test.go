@@ -163,3 +163,28 @@ func TestBulkRetrySkipsTheRetried(t *testing.T) {
 		t.Errorf("RetryDeadLetters = %+v, %v; want 2 requeued (the first was retried by the other operator), no error", res, err)
 	}
 }
+
+// pagedQueue is a disk queue whose listing answers one dead letter a page.
+type pagedQueue struct{ *diskstore.Store }
+
+func (q pagedQueue) DeadLetters(ctx context.Context, cursor string, _ int) ([]dedup.DeadLetter, string, error) {
+	return q.Store.DeadLetters(ctx, cursor, 1)
+}
+
+// TestBulkRetryStopsBeforeItsDeadline: with too little time left for
+// another page, a bulk retry stops between pages and answers the cursor
+// to go on from, rather than running past the admin port's write timeout.
+func TestBulkRetryStopsBeforeItsDeadline(t *testing.T) {
+	_, st := newDiskFixture(t)
+	storetest.DeadLetter(t, st, prefix+"github:1", prefix+"github:2", prefix+"github:3")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // less than a page's margin
+	defer cancel()
+	res, err := admin.RetryDeadLetters(ctx, pagedQueue{st}, prefix, admin.RetrySelection{}, "", 10)
+	if err != nil || res.Requeued != 1 || res.NextCursor == "" {
+		t.Fatalf("RetryDeadLetters near its deadline = %+v, %v; want the first page's 1 and a cursor", res, err)
+	}
+	rest, err := admin.RetryDeadLetters(context.Background(), pagedQueue{st}, prefix, admin.RetrySelection{}, res.NextCursor, 10)
+	if err != nil || rest.Requeued != 2 || rest.NextCursor != "" {
+		t.Errorf("from its cursor = %+v, %v; want the other 2", rest, err)
+	}
+}
