@@ -396,6 +396,29 @@ var queueTests = []struct {
 			t.Errorf("Requeue of a completed sync key = %v, want ErrNotFailed", err)
 		}
 	}},
+	{"a cursor holds after the dead letters it passed are requeued", func(t *testing.T, s queueStore, _ func() queueStore) {
+		// A bulk retry (the admin API's) pages through the dead letters
+		// with the cursor while it requeues them, so they leave the
+		// listing behind the cursor.
+		ctx := context.Background()
+		DeadLetter(t, s, "k0", "k1", "k2")
+		first, next, err := s.DeadLetters(ctx, "", 1)
+		if err != nil || len(first) != 1 || next == "" {
+			t.Fatalf("first page of 1: %+v %q %v, want one and a cursor", first, next, err)
+		}
+		if err := s.Requeue(ctx, first[0].Key); err != nil {
+			t.Fatal(err)
+		}
+		rest, next, err := s.DeadLetters(ctx, next, 10)
+		if err != nil || len(rest) != 2 || next != "" {
+			t.Fatalf("from the cursor after requeueing what it passed: %+v %q %v, want the other 2", rest, next, err)
+		}
+		for _, dl := range rest {
+			if dl.Key == first[0].Key {
+				t.Errorf("%s listed again after its requeue", dl.Key)
+			}
+		}
+	}},
 	{"Stats", func(t *testing.T, s queueStore, _ func() queueStore) {
 		ctx := context.Background()
 		if st := Stats(t, s); st != (dedup.QueueStats{}) {
