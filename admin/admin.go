@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -91,6 +92,11 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("DELETE /v1/events/{namespace}/{id}", s.authorized(s.forget))
 	s.mux.HandleFunc("POST /v1/events/{namespace}/{id}/retry", s.authorized(s.retry))
 	s.mux.HandleFunc("GET /v1/dead-letters", s.authorized(s.deadLetters))
+	s.mux.HandleFunc("POST /v1/dead-letters/retry", s.authorized(s.retryDeadLetters))
+	s.mux.HandleFunc("/v1/dead-letters/retry", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Allow", "POST")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+	}))
 	s.mux.HandleFunc("/v1/dead-letters", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
@@ -245,8 +251,10 @@ func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
 	return ev
 }
 
-// seconds is d in seconds, to the millisecond: finer is noise to a reader.
-func seconds(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }
+// seconds is d in seconds, to the millisecond: finer is noise to a
+// reader. It rounds the float, not the Duration: 2978ms.Seconds() is
+// 2.9779999999999998, which JSON would print as such.
+func seconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
 
 // retry puts a dead-lettered event back in the queue as a new first attempt.
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
@@ -307,7 +315,11 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	page, err := ListDeadLetters(r.Context(), s.cfg.DeadLetters, s.cfg.KeyPrefix, r.URL.Query().Get("cursor"), limit)
-	if err != nil {
+	switch {
+	case errors.Is(err, dedup.ErrBadCursor):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cursor: not one a previous page returned as next_cursor"})
+		return
+	case err != nil:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}
@@ -323,7 +335,7 @@ func ListDeadLetters(ctx context.Context, st DeadLetterLister, prefix, cursor st
 	}
 	page := DeadLetterPage{DeadLetters: make([]DeadLetter, 0, len(dls)), NextCursor: next}
 	for _, dl := range dls {
-		ns, id := splitEventKey(prefix, dl.Key)
+		ns, id := dedup.SplitEventKey(prefix, "", dl.Key)
 		page.DeadLetters = append(page.DeadLetters, DeadLetter{
 			Namespace: ns, ID: id, Attempts: dl.Attempts, LastStatus: dl.LastStatus, LastError: dl.LastError,
 			FailedAt: dl.FailedAt.UTC().Format(time.RFC3339),
@@ -384,15 +396,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// splitEventKey undoes dedup.EventKey at the first ':' after the prefix:
-// preset names carry none and route paths hardly ever do, while IDs may.
-// A key with none (which the proxy never writes) is shown whole as the ID.
-func splitEventKey(prefix, key string) (namespace, id string) {
-	rest := strings.TrimPrefix(key, prefix)
-	if ns, id, ok := strings.Cut(rest, ":"); ok {
-		return ns, id
-	}
-	return "", rest
 }

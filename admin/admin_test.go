@@ -403,3 +403,20 @@ func TestEventsAPIStoreDown(t *testing.T) {
 		}
 	}
 }
+
+// TestEventSecondsToTheMillisecond: age_seconds and ttl_seconds are
+// numbers rounded to the millisecond, as JSON prints them: 2.978, not
+// 2.9779999999999998.
+func TestEventSecondsToTheMillisecond(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	rec := dedup.Record{State: dedup.Completed, Since: now.Add(-2978*time.Millisecond - 400*time.Microsecond), TTL: 4*time.Second + 350*time.Millisecond}
+	doc, err := json.Marshal(admin.NewEvent("github", "d1", rec, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"age_seconds":2.978,`, `"ttl_seconds":4.35}`} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("event %s, want %s", doc, want)
+		}
+	}
+}

@@ -543,7 +543,7 @@ func Variables() []Variable {
 func WriteUsage(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "webhook-dedup: forward each webhook event to the app once.")
-	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | check | healthcheck | migrate [--print] | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | version]")
+	fmt.Fprintln(tw, "Usage: webhook-dedup [serve | check | healthcheck | migrate [--print] | inspect NAMESPACE ID | forget NAMESPACE ID | dead-letters | retry NAMESPACE ID | retry --all [--namespace NS] [--failed-before T] [--failed-after T] | version]")
 	fmt.Fprintln(tw, "Configured by environment variables:")
 	fmt.Fprintln(tw)
 	for _, v := range Variables() {

@@ -12,6 +12,10 @@ var (
 	// ErrNotFailed means Requeue was asked to retry an event that is not
 	// dead-lettered (it is queued, being delivered or completed).
 	ErrNotFailed = errors.New("dedup: event is not dead-lettered")
+	// ErrBadCursor means DeadLetters was given a cursor it cannot read:
+	// not one a previous page returned. It is the caller's mistake, not
+	// the store's failure (the admin API answers 400, not 503).
+	ErrBadCursor = errors.New("dedup: dead letters: bad cursor")
 )
 
 // Request is a webhook request kept for background delivery: everything

@@ -266,10 +266,12 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	if (w.cfg.MaxAttempts > 0 && d.Attempt >= w.cfg.MaxAttempts) || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
 		err := w.cfg.Queue.Fail(sctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
-		fields = append(fields, zap.String("result", resultDeadLettered), zap.Duration("kept", w.cfg.DeadLetterTTL))
+		fields = append(fields, zap.String("result", resultDeadLettered), zap.Stringer("kept", w.cfg.DeadLetterTTL))
 		span.settled(resultDeadLettered, reason)
 		if err == nil {
-			w.log.Error("delivery failed for the last time: dead-lettered (retry it with POST /v1/events/{namespace}/{id}/retry)", fields...)
+			ns, id := dedup.SplitEventKey(w.cfg.KeyPrefix, namespace, d.Claim.Key)
+			w.log.Error("delivery failed for the last time: dead-lettered", append(fields,
+				zap.String("namespace", ns), zap.String("event_id", id), zap.String("retry_with", retryHint(ns, id)))...)
 			return
 		}
 		w.settled(fields, "", err)
@@ -280,6 +282,30 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	err = w.cfg.Queue.Retry(sctx, d, next, o.status, lastError)
 	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
 	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)
+}
+
+// retryHint says how an operator puts the dead letter ns/id back in the
+// queue, with both filled in so that it can be pasted: the CLI (its
+// arguments quoted for a shell) or the admin API (path-escaped).
+func retryHint(ns, id string) string {
+	return "webhook-dedup retry " + shellQuote(ns) + " " + shellQuote(id) +
+		", or POST /v1/events/" + url.PathEscape(ns) + "/" + url.PathEscape(id) + "/retry on the admin port"
+}
+
+// shellQuote is s as one POSIX shell word: quoted unless it is plainly
+// safe (an event ID may hold anything the sender put in it).
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // resign gives req a fresh signature when the route signs one (see

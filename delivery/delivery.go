@@ -84,7 +84,8 @@ type Config struct {
 	// body is recorded, and each completion says so in the log.
 	Bodies upstream.BodyStore
 	// KeyPrefix starts the key of every body record (dedup.BodyKey), as it
-	// starts the proxy's keys.
+	// starts the proxy's keys; the dead-letter line strips it to name the
+	// event by namespace and ID.
 	KeyPrefix string
 	// DefaultTTL keeps a completed record whose route no longer says how
 	// long. If zero, 72h (the generic sources' retention).

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
@@ -488,4 +491,30 @@ func FuzzRetryAfter(f *testing.F) {
 			t.Fatalf("retryAfter(%q) = %s, %v", v, d, ok)
 		}
 	})
+}
+
+// TestDeadLetterLogNamesTheEvent: the dead-letter line names the event as
+// the webhook lines do (namespace, event_id) and says how to retry it,
+// with the CLI and the API filled in for this event.
+func TestDeadLetterLogNamesTheEvent(t *testing.T) {
+	a := newApp(t, func(string) (int, string) { return http.StatusBadGateway, "" })
+	q := newQueue(t)
+	req := webhookRequest("{}")
+	req.Namespace = "/hooks/a:b" // a ':' in the namespace: the ID is what follows it
+	q.enqueue(t, "wd:/hooks/a:b:it's 1", req)
+	core, logs := observer.New(zap.InfoLevel)
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), MaxAttempts: 1, KeyPrefix: "wd:", Logger: zap.New(core)})
+	await(t, "the dead-letter line", func() bool { return logs.FilterMessage("delivery failed for the last time: dead-lettered").Len() == 1 })
+	line := logs.FilterMessage("delivery failed for the last time: dead-lettered").All()[0].ContextMap()
+	want := map[string]any{
+		"namespace":  "/hooks/a:b",
+		"event_id":   "it's 1",
+		"kept":       "168h0m0s", // the default DEAD_LETTER_TTL, as it is configured
+		"retry_with": `webhook-dedup retry /hooks/a:b 'it'\''s 1', or POST /v1/events/%2Fhooks%2Fa:b/it%27s%201/retry on the admin port`,
+	}
+	for k, v := range want {
+		if line[k] != v {
+			t.Errorf("dead-letter line: %s = %v, want %v", k, line[k], v)
+		}
+	}
 }

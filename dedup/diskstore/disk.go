@@ -827,7 +827,7 @@ func (d *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 	}
 	after, err := hex.DecodeString(cursor)
 	if err != nil || (cursor != "" && len(after) < 8) {
-		return nil, "", fmt.Errorf("dedup: dead letters: bad cursor %q", cursor)
+		return nil, "", fmt.Errorf("%w %q", dedup.ErrBadCursor, cursor)
 	}
 	var (
 		out  []dedup.DeadLetter

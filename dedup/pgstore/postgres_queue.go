@@ -267,7 +267,7 @@ func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 	}
 	after, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
-		return nil, "", fmt.Errorf("dedup: dead letters: bad cursor %q", cursor)
+		return nil, "", fmt.Errorf("%w %q", dedup.ErrBadCursor, cursor)
 	}
 	if limit <= 0 {
 		return nil, "", nil

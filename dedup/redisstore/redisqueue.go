@@ -477,7 +477,7 @@ func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 		var ok bool
 		score, after, ok = strings.Cut(string(raw), ":")
 		if _, perr := strconv.ParseInt(score, 10, 64); err != nil || !ok || perr != nil {
-			return nil, "", fmt.Errorf("dedup: dead letters: bad cursor %q", cursor)
+			return nil, "", fmt.Errorf("%w %q", dedup.ErrBadCursor, cursor)
 		}
 	}
 	ctx, cancel := s.bound(ctx)

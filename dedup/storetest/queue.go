@@ -396,6 +396,29 @@ var queueTests = []struct {
 			t.Errorf("Requeue of a completed sync key = %v, want ErrNotFailed", err)
 		}
 	}},
+	{"a cursor holds after the dead letters it passed are requeued", func(t *testing.T, s queueStore, _ func() queueStore) {
+		// A bulk retry (the admin API's) pages through the dead letters
+		// with the cursor while it requeues them, so they leave the
+		// listing behind the cursor.
+		ctx := context.Background()
+		DeadLetter(t, s, "k0", "k1", "k2")
+		first, next, err := s.DeadLetters(ctx, "", 1)
+		if err != nil || len(first) != 1 || next == "" {
+			t.Fatalf("first page of 1: %+v %q %v, want one and a cursor", first, next, err)
+		}
+		if err := s.Requeue(ctx, first[0].Key); err != nil {
+			t.Fatal(err)
+		}
+		rest, next, err := s.DeadLetters(ctx, next, 10)
+		if err != nil || len(rest) != 2 || next != "" {
+			t.Fatalf("from the cursor after requeueing what it passed: %+v %q %v, want the other 2", rest, next, err)
+		}
+		for _, dl := range rest {
+			if dl.Key == first[0].Key {
+				t.Errorf("%s listed again after its requeue", dl.Key)
+			}
+		}
+	}},
 	{"Stats", func(t *testing.T, s queueStore, _ func() queueStore) {
 		ctx := context.Background()
 		if st := Stats(t, s); st != (dedup.QueueStats{}) {
@@ -561,8 +584,8 @@ var queueTests = []struct {
 		if rec := MustLookup(t, s, "k"); rec.State != dedup.Delivering {
 			t.Errorf("after the rejected calls: %v, want delivering", rec.State)
 		}
-		if _, _, err := s.DeadLetters(ctx, "not a cursor", 10); err == nil {
-			t.Error("DeadLetters with a made-up cursor succeeded")
+		if _, _, err := s.DeadLetters(ctx, "not a cursor", 10); !errors.Is(err, dedup.ErrBadCursor) {
+			t.Errorf("DeadLetters with a made-up cursor = %v, want dedup.ErrBadCursor", err)
 		}
 	}},
 }
@@ -616,6 +639,25 @@ func TakeOne(t *testing.T, s dedup.Queue, lease time.Duration) dedup.Delivery {
 		t.Fatalf("Take(1) = %d deliveries, want 1", len(ds))
 	}
 	return ds[0]
+}
+
+// DeadLetter queues Request under each key and dead-letters it, as a
+// worker whose last attempt failed would: for the tests of what reads the
+// dead letters (the admin API, the CLI).
+func DeadLetter(t *testing.T, s dedup.Queue, keys ...string) {
+	t.Helper()
+	for _, key := range keys {
+		MustEnqueue(t, s, key)
+	}
+	ds := Take(t, s, len(keys), Lease)
+	if len(ds) != len(keys) {
+		t.Fatalf("Take(%d) = %d deliveries, want all", len(keys), len(ds))
+	}
+	for _, d := range ds {
+		if err := s.Fail(context.Background(), d, 500, "the app answered 500", Keep); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // Stats returns the queue's stats, failing the test on an error.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
 	"github.com/webhook-dedup/webhook-dedup/internal/serve"
 	"github.com/webhook-dedup/webhook-dedup/internal/stores"
 	"go.uber.org/zap"
@@ -156,6 +159,11 @@ func openStoreForCommand(ctx context.Context, environ map[string]string, memoryE
 	// The one line that says the store is unreachable is this command's
 	// error: the store's own log would bury it.
 	b, err := stores.Open(ctx, cfg, stores.Env{Log: zap.NewNop(), Registerer: prometheus.NewRegistry()})
+	if errors.Is(err, diskstore.ErrLocked) {
+		// The one process that holds the file is, nearly always, the
+		// proxy itself: what the operator needs is the way to reach it.
+		return nil, dedup.Backend{}, fmt.Errorf("%w\nthe running proxy holds DATA_DIR's file: set ADMIN_TOKEN (and ADMIN_ADDR, if its admin port is not :9090) to ask it through its admin API instead", err)
+	}
 	if err != nil {
 		return nil, dedup.Backend{}, err
 	}
@@ -219,10 +227,40 @@ func deadLettersCommand(ctx context.Context, args []string, environ map[string]s
 // attempt, as POST /v1/events/{namespace}/{id}/retry does (which it calls
 // when ADMIN_TOKEN is set).
 func retryCommand(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
-	if len(args) != 2 {
-		return usageError(errors.New("usage: webhook-dedup retry NAMESPACE ID"))
+	const usage = "usage: webhook-dedup retry NAMESPACE ID, or webhook-dedup retry --all [--namespace NS] [--failed-before T] [--failed-after T]"
+	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the usage error says it all
+	all := fs.Bool("all", false, "every dead letter the other flags choose")
+	var sel admin.RetrySelection
+	fs.StringVar(&sel.Namespace, "namespace", "", "only this namespace's")
+	before := fs.String("failed-before", "", "only those dead-lettered before this RFC 3339 time")
+	after := fs.String("failed-after", "", "only those dead-lettered at or after this RFC 3339 time")
+	if err := fs.Parse(args); err != nil {
+		return usageError(fmt.Errorf("%w\n%s", err, usage))
 	}
-	ns, id := args[0], args[1]
+	if *all {
+		if fs.NArg() != 0 {
+			return usageError(errors.New(usage))
+		}
+		for _, f := range []struct {
+			name, v string
+			t       *time.Time
+		}{{"--failed-before", *before, &sel.FailedBefore}, {"--failed-after", *after, &sel.FailedAfter}} {
+			if f.v == "" {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339, f.v)
+			if err != nil {
+				return usageError(fmt.Errorf("%s: not an RFC 3339 time (2026-12-01T08:00:00Z): %w", f.name, err))
+			}
+			*f.t = t
+		}
+		return retryAllCommand(ctx, sel, environ, stdout)
+	}
+	if fs.NArg() != 2 || sel.Namespace != "" || *before != "" || *after != "" {
+		return usageError(errors.New(usage))
+	}
+	ns, id := fs.Arg(0), fs.Arg(1)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
@@ -247,6 +285,71 @@ func retryCommand(ctx context.Context, args []string, environ map[string]string,
 	_, err = fmt.Fprintf(stdout, "queued %s %s again\n", ns, id)
 	return err
 }
+
+// retryAllCommand puts every dead letter sel chooses back in the queue,
+// as POST /v1/dead-letters/retry does (which it calls, a page at a time,
+// when ADMIN_TOKEN is set).
+func retryAllCommand(ctx context.Context, sel admin.RetrySelection, environ map[string]string, stdout io.Writer) error {
+	if sel.FailedBefore.IsZero() {
+		// Fixed once for every page: a dead letter that fails again while
+		// the command runs (the app still broken) is not retried twice.
+		sel.FailedBefore = time.Now()
+	}
+	var next func(ctx context.Context, cursor string) (admin.BulkRetry, error)
+	if environ["ADMIN_TOKEN"] != "" {
+		query := url.Values{"failed_before": {sel.FailedBefore.Format(time.RFC3339Nano)}, "limit": {strconv.Itoa(bulkPage)}}
+		if sel.Namespace != "" {
+			query.Set("namespace", sel.Namespace)
+		}
+		if !sel.FailedAfter.IsZero() {
+			query.Set("failed_after", sel.FailedAfter.Format(time.RFC3339Nano))
+		}
+		next = func(ctx context.Context, cursor string) (admin.BulkRetry, error) {
+			query.Set("cursor", cursor)
+			var res admin.BulkRetry
+			body, err := adminRequest(ctx, http.MethodPost, "/v1/dead-letters/retry?"+query.Encode(), environ)
+			if err == nil {
+				err = json.Unmarshal(body, &res)
+			}
+			return res, err
+		}
+	} else {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		cfg, b, err := openQueueForCommand(octx, environ)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		next = func(ctx context.Context, cursor string) (admin.BulkRetry, error) {
+			return admin.RetryDeadLetters(ctx, b.Queue, cfg.KeyPrefix, sel, cursor, bulkPage)
+		}
+	}
+	requeued, cursor := 0, ""
+	for {
+		pctx, cancel := context.WithTimeout(ctx, bulkPageTimeout)
+		res, err := next(pctx, cursor)
+		cancel()
+		if err != nil {
+			// What was queued again stays queued: say how far it got.
+			return fmt.Errorf("after queueing %d dead letters again: %w", requeued, err)
+		}
+		requeued += res.Requeued
+		if cursor = res.NextCursor; cursor == "" {
+			break
+		}
+	}
+	_, err := fmt.Fprintf(stdout, "dead letters queued again: %d\n", requeued)
+	return err
+}
+
+// A bulk retry goes a page of bulkPage dead letters at a time, each page
+// within bulkPageTimeout: every requeue is a store write (an fsync on
+// DATA_DIR), so a page takes seconds where a listing takes milliseconds.
+const (
+	bulkPage        = 1000
+	bulkPageTimeout = time.Minute
+)
 
 // adminRequest calls the running proxy's admin API at ADMIN_ADDR with
 // ADMIN_TOKEN and returns the body of a 2xx answer. A 404 "no record" and

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
 	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -365,5 +366,24 @@ func TestInspectAndForgetThroughAdminAPI(t *testing.T) {
 	defer mu.Unlock()
 	if effects != 2 {
 		t.Errorf("the app saw %d deliveries, want 2 (once, and once after forget)", effects)
+	}
+}
+
+// TestCommandsOnALockedDataDir: without ADMIN_TOKEN, a command on a
+// DATA_DIR whose file the running proxy holds says to ask that proxy
+// (ADMIN_TOKEN, ADMIN_ADDR) rather than only that the file is locked.
+func TestCommandsOnALockedDataDir(t *testing.T) {
+	dir := t.TempDir()
+	held, err := diskstore.Open(diskstore.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Close() })
+	env := map[string]string{"DATA_DIR": dir}
+	for _, args := range [][]string{{"inspect", "github", "d-1"}, {"forget", "github", "d-1"}, {"dead-letters"}, {"retry", "github", "d-1"}} {
+		_, err := runCommand(env, args...)
+		if !errors.Is(err, diskstore.ErrLocked) || !strings.Contains(err.Error(), "set ADMIN_TOKEN (and ADMIN_ADDR") || exitCode(err) != 2 {
+			t.Errorf("%s on a held DATA_DIR: %v (exit %d); want diskstore.ErrLocked, exit 2, saying to set ADMIN_TOKEN and ADMIN_ADDR", args[0], err, exitCode(err))
+		}
 	}
 }

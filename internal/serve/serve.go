@@ -260,7 +260,7 @@ func (s *servers) run(ctx context.Context) error {
 			s.log.Error("a server failed: shutting down")
 			delay = 0
 		} else {
-			s.log.Info("shutting down", zap.Duration("delay", s.delay), zap.Duration("timeout", s.timeout))
+			s.log.Info("shutting down", zap.Stringer("delay", s.delay), zap.Stringer("timeout", s.timeout))
 		}
 		s.drain(delay)
 		return nil
@@ -426,7 +426,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		Metrics:         delivery.NewMetrics(reg, queue, dlog),
 	})
 	log.Info("async delivery", zap.Strings("routes", cfg.AsyncPaths()), zap.Int("concurrency", cfg.DeliveryConcurrency),
-		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Duration("max_age", cfg.RetryMaxAge))
+		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Stringer("max_age", cfg.RetryMaxAge))
 	return queue, workers
 }
 

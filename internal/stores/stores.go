@@ -134,7 +134,7 @@ func Open(ctx context.Context, cfg *config.Config, env Env) (dedup.Backend, erro
 		_ = b.Close()
 		return dedup.Backend{}, err
 	}
-	env.Log.Info("cache of completed records", zap.Int("size", cfg.CacheSize), zap.Duration("ttl", cfg.CacheTTL))
+	env.Log.Info("cache of completed records", zap.Int("size", cfg.CacheSize), zap.Stringer("ttl", cfg.CacheTTL))
 	return dedup.WithCache(b, dedup.CacheConfig{Size: cfg.CacheSize, TTL: cfg.CacheTTL, Hit: hits.Inc}), nil
 }
 
