@@ -175,8 +175,11 @@ func TestAsyncAppDown(t *testing.T) {
 	px := startProxy(t, asyncEnv("http://"+addr, diskStore.env(t)))
 	const n = 20
 	keys := queueEvents(t, px, github, n)
-	// Every event was tried and failed at least once while the app was down.
-	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "retry"}, 2*n)
+	// Events were tried and failed while the app was down, until the
+	// workers took the app for down (DELIVERY_CONCURRENCY failures in a
+	// row) and probed it one attempt at a time.
+	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "retry"}, 16)
+	px.awaitLog(t, "the app does not answer: delivering one probe at a time", 1)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("the app's port was taken meanwhile: %v", err)
