@@ -109,15 +109,7 @@ func TestMonitorDataLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check := func(what string, want float64) {
-		t.Helper()
-		if err := m.Check(ctx); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if got := value(m.dataLoss); got != want {
-			t.Errorf("%s: webhook_dedup_redis_data_loss_total = %v, want %v", what, got, want)
-		}
-	}
+	check := func(what string, want float64) { t.Helper(); checkLoss(t, m, what, want) }
 	check("first check", 0)
 	check("nothing happened", 0)
 	if err := raw.FlushAll(ctx).Err(); err != nil {
@@ -249,15 +241,7 @@ func TestMonitorRollback(t *testing.T) {
 	s, m, logs := monitored(t, srv)
 	ctx := context.Background()
 	raw := rawClient(t, srv)
-	check := func(what string, want float64) {
-		t.Helper()
-		if err := m.Check(ctx); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if got := value(m.dataLoss); got != want {
-			t.Errorf("%s: webhook_dedup_redis_data_loss_total = %v, want %v", what, got, want)
-		}
-	}
+	check := func(what string, want float64) { t.Helper(); checkLoss(t, m, what, want) }
 	check("first check", 0)
 	if err := raw.Save(ctx).Err(); err != nil { // the snapshot that comes back
 		t.Fatal(err)
@@ -272,5 +256,17 @@ func TestMonitorRollback(t *testing.T) {
 	check("the check after", 1)
 	if n := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("Redis went back in time").Len(); n != 1 {
 		t.Errorf("%d error logs about Redis going back in time, want 1: %v", n, logs.All())
+	}
+}
+
+// checkLoss runs one check of m and wants webhook_dedup_redis_data_loss_total
+// to stand at want after it; what names the moment.
+func checkLoss(t *testing.T, m *Monitor, what string, want float64) {
+	t.Helper()
+	if err := m.Check(context.Background()); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got := value(m.dataLoss); got != want {
+		t.Errorf("%s: webhook_dedup_redis_data_loss_total = %v, want %v", what, got, want)
 	}
 }
