@@ -425,8 +425,12 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, queue, dlog),
 	})
+	// What the retries of an event failing every attempt come to, with
+	// full jitter: RETRY_MAX_AGE alone says it without a cap on attempts.
+	longest, average := delivery.Schedule(cfg.RetryInitialInterval, cfg.RetryMaxInterval, cfg.RetryMaxAge, cfg.RetryMaxAttempts)
 	log.Info("async delivery", zap.Strings("routes", cfg.AsyncPaths()), zap.Int("concurrency", cfg.DeliveryConcurrency),
-		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Stringer("max_age", cfg.RetryMaxAge))
+		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Stringer("max_age", cfg.RetryMaxAge),
+		zap.Stringer("dead_letter_after_at_most", longest.Round(time.Second)), zap.Stringer("dead_letter_after_on_average", average.Round(time.Second)))
 	return queue, workers
 }
 
