@@ -64,6 +64,27 @@ func (r *recording) adopt(d dedup.Delivery) bool {
 	return ok
 }
 
+// adopted reports whether the delivery being recorded as d was adopted by
+// another that this process took: the lease d held ran out, and the Take
+// that handed the event out again may still be on its way back, so a
+// short while is given for it to come (a poll, and then some).
+func (w *Workers) adopted(ctx context.Context, current func() dedup.Delivery, d dedup.Delivery) bool {
+	deadline := time.Now().Add(2*w.cfg.PollInterval + w.cfg.StoreTimeout)
+	for current().Claim.Token == d.Claim.Token {
+		if time.Now().After(deadline) {
+			return false
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
 // succeed records that the app took d's event with res, kept for ttl. A
 // store that refuses the write is asked again, with growing pauses, until
 // it takes it, the event is lost to another worker (dedup.ErrNotOwner:
@@ -75,8 +96,9 @@ func (w *Workers) succeed(ctx context.Context, d dedup.Delivery, res dedup.Resul
 	defer w.recording.done(d.Claim.Key)
 	pause := firstRecordPause
 	for tries := 1; ; tries++ {
+		d := current()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
-		err := w.cfg.Queue.Succeed(sctx, current(), res, ttl)
+		err := w.cfg.Queue.Succeed(sctx, d, res, ttl)
 		cancel()
 		switch {
 		case err == nil:
@@ -84,6 +106,10 @@ func (w *Workers) succeed(ctx context.Context, d dedup.Delivery, res dedup.Resul
 				w.log.Info("the store took the record of a delivery the app took, at last: it is not delivered again", append(fields, zap.Int("tries", tries))...)
 			}
 			return nil
+		case errors.Is(err, dedup.ErrNotOwner) && w.adopted(ctx, current, d):
+			// The event's lease ran out while the store was away, and this
+			// process took it again: write the record with that delivery.
+			continue
 		case errors.Is(err, dedup.ErrNotOwner), ctx.Err() != nil:
 			return err
 		case tries == 1:
