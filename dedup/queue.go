@@ -97,16 +97,61 @@ type Producer interface {
 	Enqueue(ctx context.Context, key string, req Request) (bool, Record, error)
 }
 
+// Lane is the part of the queue a Take draws from, chosen by the route
+// each event was accepted on (Request.Route): each async route has a lane
+// of its own, so that the deliveries of a route whose app hangs cannot
+// hold up another route's, however many of them are queued ahead. The
+// rest lane holds the events of every other route: routes no longer
+// configured async (their events are still delivered) and events queued
+// without a route.
+type Lane struct {
+	// Route is the route whose events the lane holds, unless Rest.
+	Route string
+	// Rest makes it the lane of every route but those in Except (the
+	// routes with a lane of their own), the empty route included.
+	Rest   bool
+	Except []string
+}
+
+// AllRoutes is the lane of every event, whatever its route.
+var AllRoutes = Lane{Rest: true}
+
+// RouteLane is route's own lane.
+func RouteLane(route string) Lane { return Lane{Route: route} }
+
+// RestLane is the lane of every route but except.
+func RestLane(except ...string) Lane { return Lane{Rest: true, Except: except} }
+
+// Holds reports whether the lane holds the events of route.
+func (l Lane) Holds(route string) bool {
+	if !l.Rest {
+		return route == l.Route
+	}
+	for _, r := range l.Except {
+		if r == route {
+			return false
+		}
+	}
+	return true
+}
+
 // Worker is the queue as the delivery workers use it: take what is due,
 // and settle each delivery with its outcome.
 type Worker interface {
-	// Take hands out at most n deliveries that are due, each leased to
-	// this caller for lease: events never taken, retries whose time has
-	// come, and deliveries whose holder's lease ran out. It returns at
-	// once with what is due, possibly nothing. Every caller passes the
-	// same lease (LEASE_TTL): Redis takes a delivery over once it has been
-	// held for the taker's lease.
-	Take(ctx context.Context, n int, lease time.Duration) ([]Delivery, error)
+	// Take hands out at most n deliveries of lane that are due, each
+	// leased to this caller for lease: events never taken, retries whose
+	// time has come, and deliveries whose holder's lease ran out; the
+	// events of other lanes, however many and however old, neither count
+	// nor stand in the way. It returns at once with what is due,
+	// possibly nothing. Every caller passes the same lease (LEASE_TTL):
+	// Redis takes a delivery over once it has been held for the taker's
+	// lease.
+	Take(ctx context.Context, lane Lane, n int, lease time.Duration) ([]Delivery, error)
+	// Extend renews d's lease for lease from now, while its attempt runs
+	// or its outcome is still being written, so that no other worker
+	// takes it over meanwhile. ErrNotOwner if d is no longer held by its
+	// taker (taken over, settled or forgotten).
+	Extend(ctx context.Context, d Delivery, lease time.Duration) error
 	// Succeed completes d's event with res, kept for ttl, and drops its
 	// request.
 	Succeed(ctx context.Context, d Delivery, res Result, ttl time.Duration) error

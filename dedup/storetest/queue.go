@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -507,6 +508,101 @@ var queueTests = []struct {
 			t.Errorf("an event enqueued again after Forget starts at attempt %d, want 1", d.Attempt)
 		}
 	}},
+	{"lanes", func(t *testing.T, s queueStore, _ func() queueStore) {
+		ctx := context.Background()
+		// Route a's events queued ahead of everything else, as a route
+		// whose app hangs leaves them: b's lane still finds its own.
+		for i := range 30 {
+			MustEnqueueOn(t, s, fmt.Sprint("a", i), "a")
+		}
+		MustEnqueueOn(t, s, "b", "b")
+		MustEnqueueOn(t, s, "c", "c")
+		MustEnqueueOn(t, s, "none", "")
+		if ds := TakeFrom(t, s, dedup.RouteLane("b"), 10, Lease); len(ds) != 1 || ds[0].Claim.Key != "b" || ds[0].Request.Route != "b" {
+			t.Errorf("Take from b's lane behind 30 of a's = %+v, want b's event only", keysOf(ds))
+		}
+		rest := keysOf(TakeFrom(t, s, dedup.RestLane("a", "b"), 10, Lease))
+		if want := []string{"c", "none"}; !reflect.DeepEqual(rest, want) {
+			t.Errorf("Take from the rest lane = %v, want %v (a route without a lane, and the empty route)", rest, want)
+		}
+		as := TakeFrom(t, s, dedup.RouteLane("a"), 10, Lease)
+		if len(as) != 10 {
+			t.Fatalf("Take(10) from a's lane = %d deliveries, want 10", len(as))
+		}
+		for _, d := range as {
+			if d.Request.Route != "a" {
+				t.Errorf("a's lane handed out %s of route %q", d.Claim.Key, d.Request.Route)
+			}
+		}
+		// A retry comes back in its own lane, and so does a requeued dead
+		// letter.
+		if err := s.Retry(ctx, as[0], time.Now().Add(-time.Second), 500, "x"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Fail(ctx, as[1], 500, "x", Keep); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Requeue(ctx, as[1].Claim.Key); err != nil {
+			t.Fatal(err)
+		}
+		if ds := TakeFrom(t, s, dedup.RestLane("a"), 10, Lease); len(ds) != 0 {
+			t.Errorf("the rest lane without a's handed out %v", keysOf(ds))
+		}
+		if ds := TakeFrom(t, s, dedup.RouteLane("b"), 10, Lease); len(ds) != 0 {
+			t.Errorf("b's lane handed out %v", keysOf(ds))
+		}
+		if ds := Take(t, s, 100, Lease); len(ds) != 22 {
+			t.Errorf("Take from every lane = %d deliveries, want the 20 of a's never taken, its retry and its requeued dead letter", len(ds))
+		}
+	}},
+	{"extend", func(t *testing.T, s queueStore, _ func() queueStore) {
+		ctx := context.Background()
+		MustEnqueue(t, s, "k")
+		d := TakeOne(t, s, Short)
+		start := time.Now()
+		if err := s.Extend(ctx, d, Lease); err != nil {
+			t.Fatal(err)
+		}
+		// Past the first lease, with no one taking the delivery over.
+		for time.Since(start) < 3*Short {
+			if ds := Take(t, s, 10, Short); len(ds) != 0 {
+				t.Fatalf("an extended lease was taken over after %s", time.Since(start))
+			}
+			time.Sleep(Short / 3)
+		}
+		if rec := MustLookup(t, s, "k"); rec.State != dedup.Delivering {
+			t.Errorf("an extended delivery is %v, want delivering", rec.State)
+		}
+		if err := s.Succeed(ctx, d, Replayed, Keep); err != nil {
+			t.Errorf("Succeed after Extend: %v", err)
+		}
+		if err := s.Extend(ctx, d, Lease); !errors.Is(err, dedup.ErrNotOwner) {
+			t.Errorf("Extend of a completed delivery = %v, want ErrNotOwner", err)
+		}
+
+		MustEnqueue(t, s, "lost")
+		first := TakeOne(t, s, Short)
+		var second dedup.Delivery
+		Eventually(t, "the lease to be taken over", func() bool {
+			ds := Take(t, s, 10, Short)
+			if len(ds) == 1 {
+				second = ds[0]
+			}
+			return len(ds) == 1
+		})
+		if err := s.Extend(ctx, first, Lease); !errors.Is(err, dedup.ErrNotOwner) {
+			t.Errorf("the first holder's Extend after a takeover = %v, want ErrNotOwner", err)
+		}
+		if err := s.Extend(ctx, second, Lease); err != nil {
+			t.Errorf("the second holder's Extend: %v", err)
+		}
+		if _, err := s.Forget(ctx, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Extend(ctx, second, Lease); !errors.Is(err, dedup.ErrNotOwner) {
+			t.Errorf("Extend of a forgotten delivery = %v, want ErrNotOwner", err)
+		}
+	}},
 	{"shutdown leaves work queued", func(t *testing.T, s queueStore, again func() queueStore) {
 		MustEnqueue(t, s, "taken")
 		MustEnqueue(t, s, "waiting")
@@ -543,7 +639,8 @@ var queueTests = []struct {
 		cancel()
 		for name, call := range map[string]func() error{
 			"Enqueue":     func() error { _, _, err := s.Enqueue(ctx, "free", Request); return err },
-			"Take":        func() error { _, err := s.Take(ctx, 1, Lease); return err },
+			"Take":        func() error { _, err := s.Take(ctx, dedup.AllRoutes, 1, Lease); return err },
+			"Extend":      func() error { return s.Extend(ctx, d, Lease) },
 			"Succeed":     func() error { return s.Succeed(ctx, d, Replayed, Keep) },
 			"Retry":       func() error { return s.Retry(ctx, d, time.Now(), 500, "x") },
 			"Fail":        func() error { return s.Fail(ctx, d, 500, "x", Keep) },
@@ -565,13 +662,16 @@ var queueTests = []struct {
 	{"bad arguments", func(t *testing.T, s queueStore, _ func() queueStore) {
 		ctx := context.Background()
 		MustEnqueue(t, s, "k")
-		if _, err := s.Take(ctx, 1, 0); err == nil {
+		if _, err := s.Take(ctx, dedup.AllRoutes, 1, 0); err == nil {
 			t.Error("Take with a zero Lease succeeded")
 		}
 		if ds := Take(t, s, 0, Lease); len(ds) != 0 {
 			t.Errorf("Take(0) = %d deliveries", len(ds))
 		}
 		d := TakeOne(t, s, Lease)
+		if err := s.Extend(ctx, d, 0); err == nil || errors.Is(err, dedup.ErrNotOwner) {
+			t.Errorf("Extend with a zero lease = %v, want an argument error", err)
+		}
 		if err := s.Succeed(ctx, d, Replayed, 0); err == nil || errors.Is(err, dedup.ErrNotOwner) {
 			t.Errorf("Succeed with a zero ttl = %v, want an argument error", err)
 		}
@@ -620,14 +720,47 @@ func MustEnqueue(t *testing.T, s dedup.Queue, key string) {
 	}
 }
 
-// Take takes up to n due deliveries, failing the test on an error.
+// MustEnqueueOn enqueues Request, accepted on route, under key, failing
+// the test unless the enqueue is won.
+func MustEnqueueOn(t *testing.T, s dedup.Queue, key, route string) {
+	t.Helper()
+	req := Request
+	req.Route = route
+	won, rec, err := s.Enqueue(context.Background(), key, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !won {
+		t.Fatalf("Enqueue %s: taken (%v), want free", key, rec.State)
+	}
+}
+
+// Take takes up to n due deliveries of any route, failing the test on an
+// error.
 func Take(t *testing.T, s dedup.Queue, n int, lease time.Duration) []dedup.Delivery {
 	t.Helper()
-	ds, err := s.Take(context.Background(), n, lease)
+	return TakeFrom(t, s, dedup.AllRoutes, n, lease)
+}
+
+// TakeFrom takes up to n due deliveries of lane, failing the test on an
+// error.
+func TakeFrom(t *testing.T, s dedup.Queue, lane dedup.Lane, n int, lease time.Duration) []dedup.Delivery {
+	t.Helper()
+	ds, err := s.Take(context.Background(), lane, n, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ds
+}
+
+// keysOf is the sorted keys of ds.
+func keysOf(ds []dedup.Delivery) []string {
+	keys := make([]string, len(ds))
+	for i, d := range ds {
+		keys[i] = d.Claim.Key
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // TakeOne takes the one delivery due, failing the test unless there is

@@ -154,8 +154,12 @@ func (q *queue) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	return won, rec, err
 }
 
-func (q *queue) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
-	return q.next.Take(ctx, n, lease) // the workers' polling: never within a span
+func (q *queue) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	return q.next.Take(ctx, lane, n, lease) // the workers' polling: never within a span
+}
+
+func (q *queue) Extend(ctx context.Context, d dedup.Delivery, lease time.Duration) error {
+	return q.next.Extend(ctx, d, lease) // the workers' lease keeping: never within a span
 }
 
 func (q *queue) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {

@@ -72,6 +72,16 @@ func CheckTake(ctx context.Context, n int, lease time.Duration) (bool, error) {
 	return n > 0, nil
 }
 
+// CheckExtend checks what every queue's Extend checks first: ctx still
+// live, a positive lease and a well formed token. It returns the token,
+// and errors naming the key.
+func CheckExtend(ctx context.Context, d dedup.Delivery, lease time.Duration) ([codec.TokenLen]byte, error) {
+	if err := CheckDuration("lease", lease); err != nil {
+		return [codec.TokenLen]byte{}, fmt.Errorf("dedup: extend %s: %w", d.Claim.Key, err)
+	}
+	return CheckOwned(ctx, "extend", d.Claim.Key, d.Claim.Token)
+}
+
 // CheckDuration rejects leases and TTLs that would make a record that
 // never exists (Redis refuses PX 0 or less).
 func CheckDuration(what string, d time.Duration) error {
