@@ -34,7 +34,8 @@ type Config struct {
 
 	// Delivery and the async workers' settings (validated in completeDelivery).
 	Delivery             proxy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
-	DeliveryConcurrency  int                `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process"`
+	DeliveryConcurrency  int                `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process, per async route (a route whose app hangs holds none of another's)"`
+	QueueMaxDepth        int                `env:"QUEUE_MAX_DEPTH" envDefault:"100000" desc:"events waiting for delivery from which a first-seen webhook of an async route is answered 503 queue-full with Retry-After (duplicates are still answered); checked against the depth read each second; 0: no bound"`
 	AsyncStatus          int                `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
 	RetryInitialInterval time.Duration      `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
 	RetryMaxInterval     time.Duration      `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
@@ -428,6 +429,9 @@ func ParseRoutes(s string) ([]RouteSpec, error) {
 func (c *Config) completeDelivery(bad func(name, format string, args ...any)) {
 	if c.DeliveryConcurrency <= 0 {
 		bad("DELIVERY_CONCURRENCY", "must be positive, got %d", c.DeliveryConcurrency)
+	}
+	if c.QueueMaxDepth < 0 {
+		bad("QUEUE_MAX_DEPTH", "must be 0 (no bound) or positive, got %d", c.QueueMaxDepth)
 	}
 	if c.AsyncStatus != 202 && c.AsyncStatus != 200 {
 		bad("ASYNC_STATUS", "must be 202 or 200, got %d", c.AsyncStatus)

@@ -186,8 +186,10 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 	return r, nil
 }
 
-// attempt delivers d once and settles it.
-func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
+// attempt delivers h's event once, in lane l, and settles it.
+func (w *Workers) attempt(ctx context.Context, l *lane, h *held) {
+	d := h.current()
+	defer w.keep(ctx, h, l.label)()
 	ctx, span := w.startAttempt(ctx, d)
 	defer span.end()
 	start := w.cfg.Now()
@@ -209,24 +211,22 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	span.answered(o)
 	now := w.cfg.Now()
 	if req != nil && ctx.Err() == nil {
-		switch opened, closed := w.breaker.record(o.err == nil || !unanswered(o.err), now); {
+		switch opened, closed := l.breaker.record(o.err == nil || !unanswered(o.err), now); {
 		case opened:
-			w.log.Warn("the app does not answer: delivering one probe at a time, with growing pauses, until it does; queued events keep their place", zap.Error(o.err))
+			w.log.Warn("the app does not answer: delivering one probe at a time, with growing pauses, until it does; queued events keep their place", zap.String("route", l.label), zap.Error(o.err))
 		case closed:
-			w.log.Info("the app answers again: delivering at full concurrency")
+			w.log.Info("the app answers again: delivering at full concurrency", zap.String("route", l.label))
 		}
 	}
 	fields = append(fields, zap.String("route", route), zap.Int("app_status", o.status), zap.Duration("duration", now.Sub(start)))
 
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
-	defer cancel()
 	if o.err == nil && upstream.Completes(o.status) {
 		if ttl <= 0 {
 			ttl = w.cfg.DefaultTTL
 		}
 		sum := sha256.Sum256(d.Request.Body)
 		res := w.completion.Result(o.status, o.header, sum, o.replay)
-		err := w.succeed(ctx, d, res, ttl, fields)
+		err := w.succeed(ctx, h, res, ttl, fields)
 		w.cfg.Metrics.delivered(route, resultSucceeded, d.Attempt)
 		fields = append(fields, zap.String("result", resultSucceeded))
 		span.settled(resultSucceeded, "")
@@ -259,12 +259,16 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	if ctx.Err() != nil {
 		span.settled(resultRetry, reason)
 		// Shutdown: the event goes back, due at once for the next process.
-		err := w.cfg.Queue.Retry(sctx, d, now, o.status, lastError)
+		err := w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
+			return w.cfg.Queue.Retry(ctx, d, now, o.status, lastError)
+		})
 		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
 		return
 	}
 	if (w.cfg.MaxAttempts > 0 && d.Attempt >= w.cfg.MaxAttempts) || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
-		err := w.cfg.Queue.Fail(sctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
+		err := w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
+			return w.cfg.Queue.Fail(ctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
+		})
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
 		fields = append(fields, zap.String("result", resultDeadLettered), zap.Stringer("kept", w.cfg.DeadLetterTTL))
 		span.settled(resultDeadLettered, reason)
@@ -279,7 +283,9 @@ func (w *Workers) attempt(ctx context.Context, d dedup.Delivery) {
 	}
 	next := now.Add(w.backoff(d.Attempt, o))
 	span.settled(resultRetry, reason)
-	err = w.cfg.Queue.Retry(sctx, d, next, o.status, lastError)
+	err = w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
+		return w.cfg.Queue.Retry(ctx, d, next, o.status, lastError)
+	})
 	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
 	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)
 }

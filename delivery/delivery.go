@@ -24,7 +24,8 @@ import (
 
 // Queue is what the workers need of the store's async queue (dedup.Queue).
 type Queue interface {
-	Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error)
+	Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error)
+	Extend(ctx context.Context, d dedup.Delivery, lease time.Duration) error
 	Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error
 	Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error
 	Fail(ctx context.Context, d dedup.Delivery, status int, reason string, keep time.Duration) error
@@ -90,7 +91,13 @@ type Config struct {
 	// DefaultTTL keeps a completed record whose route no longer says how
 	// long. If zero, 72h (the generic sources' retention).
 	DefaultTTL time.Duration
-	// Concurrency is the most attempts at once. If zero, 16.
+	// Routes are the async routes (their paths, as Request.Route holds
+	// them): each has a lane of its own, with Concurrency attempts at
+	// once, so that a route whose app hangs holds none of another's. The
+	// events of every other route (one no longer async, or queued
+	// without a route) share one more lane, with as many.
+	Routes []string
+	// Concurrency is the most attempts at once in each lane. If zero, 16.
 	Concurrency int
 	// UpstreamTimeout bounds each attempt. If zero, 30s.
 	UpstreamTimeout time.Duration
@@ -137,15 +144,27 @@ type Workers struct {
 	// completion is what a 2xx leaves in the event's record.
 	completion upstream.Completion
 	forward    *forwarder
-	// recording holds the outcomes the app gave that the store has not
-	// taken yet.
-	recording recording
-	// breaker backs off the app while it does not answer at all.
-	breaker breaker
+	// holding is the deliveries taken and not yet settled, of every lane.
+	holding holding
+	// lanes take and deliver the events of one route each, and the rest.
+	lanes []*lane
 	// tracer makes the attempts' spans; nil when tracing is off.
 	tracer trace.Tracer
-	nudge  chan struct{}
-	freed  chan struct{}
+}
+
+// restLabel is the route label of the lane of routes without one.
+const restLabel = "other"
+
+// lane delivers the events of one lane of the queue, with slots of its
+// own.
+type lane struct {
+	from dedup.Lane
+	// label names the lane in logs and metrics: the route, or restLabel.
+	label string
+	// breaker backs the lane off while its app does not answer at all.
+	breaker breaker
+	nudge   chan struct{}
+	freed   chan struct{}
 }
 
 // New returns the Workers for cfg.
@@ -206,21 +225,35 @@ func New(cfg Config) *Workers {
 		tracer = cfg.TracerProvider.Tracer(tracing.Scope)
 		transport = tracing.Transport(transport, cfg.TracerProvider, cfg.Propagator)
 	}
-	return &Workers{
+	w := &Workers{
 		cfg:        cfg,
 		log:        cfg.Logger,
 		completion: completion,
 		forward:    newForwarder(cfg.Upstream, transport, completion, cfg.Logger),
 		tracer:     tracer,
-		breaker:    breaker{trip: max(cfg.Concurrency, 5)},
-		nudge:      make(chan struct{}, 1),
-		freed:      make(chan struct{}, 1),
 	}
+	add := func(from dedup.Lane, label string) {
+		w.lanes = append(w.lanes, &lane{
+			from: from, label: label,
+			breaker: breaker{trip: max(cfg.Concurrency, 5)},
+			nudge:   make(chan struct{}, 1),
+			freed:   make(chan struct{}, 1),
+		})
+	}
+	for _, r := range cfg.Routes {
+		add(dedup.RouteLane(r), r)
+	}
+	add(dedup.RestLane(cfg.Routes...), restLabel)
+	return w
 }
 
 // Nudge tells the workers that an event was just queued, so they look for
 // it now rather than at their next poll. It never blocks.
-func (w *Workers) Nudge() { signal(w.nudge) }
+func (w *Workers) Nudge() {
+	for _, l := range w.lanes {
+		signal(l.nudge)
+	}
+}
 
 func signal(ch chan struct{}) {
 	select {
@@ -238,71 +271,16 @@ func (w *Workers) Run(ctx context.Context) error {
 	// attempts under way.
 	attemptCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	var running sync.WaitGroup
-	slots := make(chan struct{}, w.cfg.Concurrency)
-	poll := time.NewTimer(w.cfg.PollInterval)
-	defer poll.Stop()
-	failing := false // the store is failing: log the first error only
-
-	for ctx.Err() == nil {
-		free := cap(slots) - len(slots)
-		if free == 0 {
-			select {
-			case <-ctx.Done():
-			case <-w.freed:
-			}
-			continue
-		}
-		free, probe, wait := w.breaker.allow(free, w.cfg.Now())
-		if free == 0 {
-			// The app is down: the next probe, or the one out, settles it.
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-			case <-w.freed:
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
-		ds, err := w.cfg.Queue.Take(ctx, free, w.cfg.Lease)
-		if err != nil && ctx.Err() == nil && !failing {
-			w.log.Error("taking queued deliveries failed: retrying at every poll", zap.Error(err))
-		}
-		if err == nil && failing {
-			w.log.Info("taking queued deliveries works again")
-		}
-		failing = err != nil
-		sent := 0
-		for _, d := range ds {
-			if w.recording.adopt(d) {
-				continue // the app has it: only its record is still to be written
-			}
-			sent++
-			slots <- struct{}{}
-			running.Add(1)
-			go func() {
-				defer func() {
-					<-slots
-					signal(w.freed)
-					running.Done()
-				}()
-				w.attempt(attemptCtx, d)
-			}()
-		}
-		if probe && sent == 0 {
-			w.breaker.unused()
-		}
-		if err == nil && len(ds) == free {
-			continue // more may be due
-		}
-		poll.Reset(w.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-		case <-w.nudge:
-		case <-poll.C:
-		}
+	var running, taking sync.WaitGroup
+	for _, l := range w.lanes {
+		w.cfg.Metrics.slots(l.label, 0)
+		taking.Add(1)
+		go func() {
+			defer taking.Done()
+			w.take(ctx, attemptCtx, l, &running)
+		}()
 	}
+	taking.Wait()
 
 	done := make(chan struct{})
 	go func() { running.Wait(); close(done) }()
@@ -322,6 +300,80 @@ func (w *Workers) Run(ctx context.Context) error {
 	case <-t.C:
 	}
 	return nil
+}
+
+// take hands l's due deliveries to attempts, as many at once as l has
+// slots, until ctx is done; running counts the attempts.
+func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.WaitGroup) {
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
+	failing := false // the store is failing: log the first error only
+	log := w.log.With(zap.String("route", l.label))
+
+	for ctx.Err() == nil {
+		free := cap(slots) - len(slots)
+		if free == 0 {
+			select {
+			case <-ctx.Done():
+			case <-l.freed:
+			}
+			continue
+		}
+		free, probe, wait := l.breaker.allow(free, w.cfg.Now())
+		if free == 0 {
+			// The app is down: the next probe, or the one out, settles it.
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+			case <-l.freed:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		ds, err := w.cfg.Queue.Take(ctx, l.from, free, w.cfg.Lease)
+		if err != nil && ctx.Err() == nil && !failing {
+			log.Error("taking queued deliveries failed: retrying at every poll", zap.Error(err))
+		}
+		if err == nil && failing {
+			log.Info("taking queued deliveries works again")
+		}
+		failing = err != nil
+		sent := 0
+		for _, d := range ds {
+			h := w.holding.hold(d)
+			if h == nil {
+				continue // this process holds the event already: it goes on with d
+			}
+			sent++
+			slots <- struct{}{}
+			w.cfg.Metrics.slots(l.label, 1)
+			running.Add(1)
+			go func() {
+				defer func() {
+					<-slots
+					w.cfg.Metrics.slots(l.label, -1)
+					signal(l.freed)
+					running.Done()
+				}()
+				defer w.holding.release(d.Claim.Key)
+				w.attempt(attemptCtx, l, h)
+			}()
+		}
+		if probe && sent == 0 {
+			l.breaker.unused()
+		}
+		if err == nil && len(ds) == free {
+			continue // more may be due
+		}
+		poll.Reset(w.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-l.nudge:
+		case <-poll.C:
+		}
+	}
 }
 
 // errAbandoned is the reason noted for an attempt cancelled by shutdown.

@@ -15,6 +15,7 @@ import (
 type Metrics struct {
 	deliveries *prometheus.CounterVec
 	attempts   prometheus.Histogram
+	inUse      *prometheus.GaugeVec
 }
 
 // StatsSource is what the queue gauges are read from, at each scrape.
@@ -42,8 +43,12 @@ func NewMetrics(reg prometheus.Registerer, stats StatsSource, log *zap.Logger) *
 			Help:    "Attempts each background delivery took until the app answered 2xx.",
 			Buckets: []float64{1, 2, 3, 4, 5, 8, 13, 25, 50},
 		}),
+		inUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "webhook_dedup_delivery_slots_in_use",
+			Help: "Background delivery attempts running now in this process, by route (each async route has DELIVERY_CONCURRENCY slots; \"other\" is the lane of routes no longer async).",
+		}, []string{"route"}),
 	}
-	reg.MustRegister(m.deliveries, m.attempts, &queueCollector{stats: stats, log: log})
+	reg.MustRegister(m.deliveries, m.attempts, m.inUse, &queueCollector{stats: stats, log: log})
 	return m
 }
 
@@ -55,6 +60,15 @@ func (m *Metrics) delivered(route, result string, attempt int) {
 	if result == resultSucceeded {
 		m.attempts.Observe(float64(attempt))
 	}
+}
+
+// slots notes that delta more of route's slots are in use (an attempt
+// started: 1; ended: -1; 0 shows the route's lane before its first).
+func (m *Metrics) slots(route string, delta int) {
+	if m == nil {
+		return
+	}
+	m.inUse.WithLabelValues(route).Add(float64(delta))
 }
 
 var (

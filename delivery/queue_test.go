@@ -28,12 +28,12 @@ func newQueue(t *testing.T) *diskQueue {
 	return &diskQueue{Store: d, takes: make(chan int, 1024)}
 }
 
-func (q *diskQueue) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
+func (q *diskQueue) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
 	select {
 	case q.takes <- n:
 	default:
 	}
-	return q.Store.Take(ctx, n, lease)
+	return q.Store.Take(ctx, lane, n, lease)
 }
 
 func (q *diskQueue) enqueue(t *testing.T, key string, req dedup.Request) {

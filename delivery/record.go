@@ -17,60 +17,68 @@ const (
 	maxRecordPause   = time.Second
 )
 
-// recording is the outcomes of the deliveries the app took (answered 2xx)
-// that the store has not recorded yet, by event key: each is kept here and
-// its write tried again until the store takes it (a Redis restarting, a
-// database failing over, a full disk), and meanwhile the event is never
-// handed to the app again from this process.
-type recording struct {
-	mu      sync.Mutex
-	pending map[string]*dedup.Delivery
+// held is a delivery this process holds, from its Take until its outcome
+// is written: as the store knows it now. That changes when the store hands
+// the event out again to this process (its lease ran out while the store
+// was away), and the holding adopts the new delivery instead of sending
+// the event to the app a second time.
+type held struct {
+	mu sync.Mutex
+	d  dedup.Delivery
 }
 
-// start notes that d's outcome is being recorded, and returns the
-// delivery to record it with: d, or the one adopt gave it since.
-func (r *recording) start(d dedup.Delivery) func() dedup.Delivery {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pending == nil {
-		r.pending = map[string]*dedup.Delivery{}
+// current is the delivery that owns the event now.
+func (h *held) current() dedup.Delivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.d
+}
+
+// holding is the deliveries this process holds, by event key: their
+// attempts under way, and the outcomes the app gave that the store has not
+// recorded yet (a Redis restarting, a database failing over, a full disk).
+// While an event is held here it is never handed to the app again from
+// this process, and its lease is kept.
+type holding struct {
+	mu    sync.Mutex
+	byKey map[string]*held
+}
+
+// hold notes that this process holds d, unless it holds d's event
+// already: then d is adopted (the holder goes on with it, as the owner
+// the store knows now) and hold returns nil, for d not to be delivered.
+func (h *holding) hold(d dedup.Delivery) *held {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byKey == nil {
+		h.byKey = map[string]*held{}
 	}
-	held := &d
-	r.pending[d.Claim.Key] = held
-	return func() dedup.Delivery {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return *held
+	if old, ok := h.byKey[d.Claim.Key]; ok {
+		old.mu.Lock()
+		old.d = d
+		old.mu.Unlock()
+		return nil
 	}
+	nh := &held{d: d}
+	h.byKey[d.Claim.Key] = nh
+	return nh
 }
 
-// done forgets key's pending outcome.
-func (r *recording) done(key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.pending, key)
+// release forgets the delivery of key: its outcome is written, or given up.
+func (h *holding) release(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.byKey, key)
 }
 
-// adopt reports whether d is the event of an outcome still being recorded,
-// handed out again because its lease ran out meanwhile; the recording
-// then goes on with d, which now owns the event, and d is not delivered.
-func (r *recording) adopt(d dedup.Delivery) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	held, ok := r.pending[d.Claim.Key]
-	if ok {
-		*held = d
-	}
-	return ok
-}
-
-// adopted reports whether the delivery being recorded as d was adopted by
-// another that this process took: the lease d held ran out, and the Take
-// that handed the event out again may still be on its way back, so a
-// short while is given for it to come (a poll, and then some).
-func (w *Workers) adopted(ctx context.Context, current func() dedup.Delivery, d dedup.Delivery) bool {
+// adopted reports whether the delivery d, which the store says no longer
+// owns its event, was adopted by another that this process took: the
+// lease d held ran out, and the Take that handed the event out again may
+// still be on its way back, so a short while is given for it to come (a
+// poll, and then some).
+func (w *Workers) adopted(ctx context.Context, h *held, d dedup.Delivery) bool {
 	deadline := time.Now().Add(2*w.cfg.PollInterval + w.cfg.StoreTimeout)
-	for current().Claim.Token == d.Claim.Token {
+	for h.current().Claim.Token == d.Claim.Token {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -85,31 +93,74 @@ func (w *Workers) adopted(ctx context.Context, current func() dedup.Delivery, d 
 	return true
 }
 
-// succeed records that the app took d's event with res, kept for ttl. A
+// write writes an attempt's outcome with the delivery that owns the event
+// now, bounded by StoreTimeout; if the store says that delivery no longer
+// owns it because this process took the event again meanwhile, it writes
+// again with the one adopted.
+func (w *Workers) write(ctx context.Context, h *held, op func(context.Context, dedup.Delivery) error) error {
+	for {
+		d := h.current()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
+		err := op(sctx, d)
+		cancel()
+		if !errors.Is(err, dedup.ErrNotOwner) || !w.adopted(ctx, h, d) {
+			return err
+		}
+	}
+}
+
+// keep renews h's lease, a third of it before it would run out, until
+// the returned stop is called: an attempt that takes long, or an outcome
+// the store is slow to take, is not taken over by another worker, which
+// would deliver the event a second time. Only a process that dies (or
+// loses the store for a whole lease) lets its deliveries be taken over.
+// A failed renewal is tried again at the next turn; the outcome's own
+// write says what matters.
+func (w *Workers) keep(ctx context.Context, h *held, route string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every := w.cfg.Lease / 3
+		t := time.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sctx, scancel := context.WithTimeout(ctx, w.cfg.StoreTimeout)
+			d := h.current()
+			err := w.cfg.Queue.Extend(sctx, d, w.cfg.Lease)
+			scancel()
+			if err != nil && ctx.Err() == nil {
+				w.log.Debug("renewing a delivery's lease failed: trying again", zap.String("event", d.Claim.Key), zap.String("route", route), zap.Error(err))
+			}
+			t.Reset(every)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// succeed records that the app took h's event with res, kept for ttl. A
 // store that refuses the write is asked again, with growing pauses, until
 // it takes it, the event is lost to another worker (dedup.ErrNotOwner:
 // its lease ran out, and a process sharing the store took it over), or
 // ctx ends (shutdown, past its grace period); each try is bounded by
 // StoreTimeout.
-func (w *Workers) succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration, fields []zap.Field) error {
-	current := w.recording.start(d)
-	defer w.recording.done(d.Claim.Key)
+func (w *Workers) succeed(ctx context.Context, h *held, res dedup.Result, ttl time.Duration, fields []zap.Field) error {
 	pause := firstRecordPause
 	for tries := 1; ; tries++ {
-		d := current()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
-		err := w.cfg.Queue.Succeed(sctx, d, res, ttl)
-		cancel()
+		err := w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
+			return w.cfg.Queue.Succeed(ctx, d, res, ttl)
+		})
 		switch {
 		case err == nil:
 			if tries > 1 {
 				w.log.Info("the store took the record of a delivery the app took, at last: it is not delivered again", append(fields, zap.Int("tries", tries))...)
 			}
 			return nil
-		case errors.Is(err, dedup.ErrNotOwner) && w.adopted(ctx, current, d):
-			// The event's lease ran out while the store was away, and this
-			// process took it again: write the record with that delivery.
-			continue
 		case errors.Is(err, dedup.ErrNotOwner), ctx.Err() != nil:
 			return err
 		case tries == 1:

@@ -30,6 +30,14 @@ func (q *refusingQueue) Succeed(ctx context.Context, d dedup.Delivery, res dedup
 	return q.diskQueue.Succeed(ctx, d, res, ttl)
 }
 
+// Extend is refused with the other writes: the lease runs out.
+func (q *refusingQueue) Extend(ctx context.Context, d dedup.Delivery, lease time.Duration) error {
+	if q.refuse.Load() {
+		return errRefused
+	}
+	return q.diskQueue.Extend(ctx, d, lease)
+}
+
 // TestRecordedThroughAnOutage: when the store refuses the write that
 // records an attempt the app answered 2xx, the workers keep the outcome
 // and write it again until the store takes it, and the event is not

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 // with us, so it is answered 200 duplicate and the sender stops retrying.
 // The body was read whole (handleWebhook reads it on async routes).
 func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) result {
+	if h.cfg.QueueFull != nil && h.cfg.QueueFull() {
+		return h.queueFull(w, r, wh)
+	}
 	// The store has copied the request by the time Enqueue returns, so the
 	// pooled body buffer and the header can be handed over as they are.
 	req := dedup.Request{
@@ -52,6 +56,32 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 	case rec.State == dedup.InFlight:
 		// Claimed by a sync delivery (the route was sync until a moment
 		// ago): the sender retries while that one finishes.
+		return h.inFlight(w, wh, rec)
+	}
+	return h.answer(w, wh.id, http.StatusOK, outcomeDuplicate, "", nil)
+}
+
+// queueFullRetryAfter is the Retry-After, in seconds, of a 503 answered
+// while the queue is full: long enough for the workers to make room.
+const queueFullRetryAfter = "30"
+
+// queueFull answers a webhook of an async route while the queue holds
+// QUEUE_MAX_DEPTH events: a duplicate of an event the store holds is
+// answered as one (the sender can stop retrying); a first-seen one gets
+// 503 queue-full, and nothing is queued or claimed.
+func (h *Handler) queueFull(w http.ResponseWriter, r *http.Request, wh *webhook) result {
+	start := time.Now()
+	rec, err := h.cfg.Store.Lookup(h.storeCtx(wh), wh.key)
+	h.m.observeStore(opLookup, start, err)
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+		w.Header().Set("Retry-After", queueFullRetryAfter)
+		return h.answer(w, wh.id, http.StatusServiceUnavailable, outcomeQueueFull, "the delivery queue is full (QUEUE_MAX_DEPTH), retry later", nil)
+	case err != nil:
+		return h.storeUnavailable(w, r, wh, err)
+	case rec.State == dedup.Completed:
+		return h.duplicate(w, wh, rec)
+	case rec.State == dedup.InFlight:
 		return h.inFlight(w, wh, rec)
 	}
 	return h.answer(w, wh.id, http.StatusOK, outcomeDuplicate, "", nil)

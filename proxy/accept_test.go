@@ -48,7 +48,7 @@ func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request)
 // request is the request queued under key, as a worker takes it.
 func (q *queueStore) request(t *testing.T, key string) (dedup.Request, bool) {
 	t.Helper()
-	ds, err := q.Take(context.Background(), 100, time.Minute)
+	ds, err := q.Take(context.Background(), dedup.AllRoutes, 100, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,5 +255,37 @@ func TestAsyncDeliveredDuplicates(t *testing.T) {
 	}
 	if n := f.up.calls.Load(); n != 1 {
 		t.Errorf("the app was called %d times, want once", n)
+	}
+}
+
+// TestAsyncQueueFull: while the queue is full (QUEUE_MAX_DEPTH), a
+// first-seen webhook of an async route is answered 503 queue-full with
+// Retry-After and nothing is queued; a duplicate of an event the store
+// holds is still answered as one; a sync route is not concerned; and once
+// the queue has room, the refused event is accepted.
+func TestAsyncQueueFull(t *testing.T) {
+	q := newQueueStore(t)
+	var full atomic.Bool
+	f := newFixture(t, "/hooks=header:X-Id;async,/sync=header:X-Id", proxy.Config{Store: q, Queue: q, QueueFull: full.Load})
+	if resp := f.post(t, "/hooks", map[string]string{"X-Id": "old"}, "{}"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("before the queue is full: %d, want 202", resp.StatusCode)
+	}
+	full.Store(true)
+	resp := f.post(t, "/hooks", map[string]string{"X-Id": "new"}, "{}")
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(proxy.HeaderOutcome) != "queue-full" || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("first-seen while full: %d %q Retry-After %q, want 503 queue-full with Retry-After", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome), resp.Header.Get("Retry-After"))
+	}
+	if _, err := q.Lookup(context.Background(), "test:/hooks:new"); !errors.Is(err, dedup.ErrNotFound) {
+		t.Errorf("a refused event left a record: %v", err)
+	}
+	if resp := f.post(t, "/hooks", map[string]string{"X-Id": "old"}, "{}"); resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderOutcome) != "duplicate" {
+		t.Errorf("a duplicate while full: %d %q, want 200 duplicate", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+	if resp := f.post(t, "/sync", map[string]string{"X-Id": "s1"}, "{}"); resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderOutcome) != "forwarded" {
+		t.Errorf("a sync route while full: %d %q, want forwarded", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+	}
+	full.Store(false)
+	if resp := f.post(t, "/hooks", map[string]string{"X-Id": "new"}, "{}"); resp.StatusCode != http.StatusAccepted {
+		t.Errorf("the refused event once the queue has room: %d, want 202", resp.StatusCode)
 	}
 }

@@ -16,6 +16,7 @@ const (
 	outcomeQueued             = "queued"
 	outcomeInFlight           = "in-flight"
 	outcomeStoreUnavailable   = "store-unavailable"
+	outcomeQueueFull          = "queue-full"
 	outcomeInvalidSignature   = "invalid-signature"
 	outcomeMissingID          = "missing-id"
 	outcomeInvalidID          = "invalid-id"

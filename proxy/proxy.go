@@ -52,6 +52,12 @@ type Config struct {
 	// AsyncStatus is the answer to a webhook queued for background
 	// delivery. If zero, 202.
 	AsyncStatus int
+	// QueueFull reports whether the queue holds QUEUE_MAX_DEPTH events
+	// waiting for delivery: a first-seen webhook of an async route is then
+	// answered 503 queue-full with Retry-After, and nothing is queued (a
+	// duplicate is still answered as one). If nil, the queue is never
+	// full.
+	QueueFull func() bool
 	// Enqueued is called after a webhook was queued, so that this
 	// process's delivery workers take it at once rather than at their next
 	// poll. If nil, nothing is called.

@@ -266,7 +266,7 @@ func TestTracingAccept(t *testing.T) {
 	if kids := children(spans, hook.SpanContext()); len(kids) != 1 || kids[0] != "store enqueue" {
 		t.Errorf("the webhook span's children: %q, want the enqueue", kids)
 	}
-	ds, err := q.Take(context.Background(), 1, time.Minute)
+	ds, err := q.Take(context.Background(), dedup.AllRoutes, 1, time.Minute)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("take: %d, %v", len(ds), err)
 	}

@@ -81,10 +81,14 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
-	queue, workers := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp)
-	var enqueued func() // nil: proxy.New makes it a no-op
+	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp)
+	var enqueued func()       // nil: proxy.New makes it a no-op
+	var queueFull func() bool // nil: never full
 	if workers != nil {
 		enqueued = workers.Nudge
+	}
+	if backlog != nil && cfg.AsyncRoutes() && cfg.QueueMaxDepth > 0 {
+		queueFull = backlog.Full
 	}
 	handler, err := proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
@@ -93,6 +97,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		Queue:           queue,
 		AsyncStatus:     cfg.AsyncStatus,
 		Enqueued:        enqueued,
+		QueueFull:       queueFull,
 		KeyPrefix:       cfg.KeyPrefix,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		LeaseTTL:        cfg.LeaseTTL,
@@ -154,6 +159,9 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout, log: log,
 	}
 	srv.background = backend.Jobs
+	if backlog != nil {
+		srv.background = append(srv.background[:len(srv.background):len(srv.background)], backlog.Run)
+	}
 	if workers != nil {
 		srv.deliver = workers.Run
 		if backend.Wake != nil {
@@ -388,15 +396,17 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // route is async, and also when none is but the store still holds events
 // that async routes queued (a route rolled back from async to sync): they
 // were answered 202, so they are delivered, never stranded. Otherwise it
-// returns nils.
-func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) (dedup.Queue, *delivery.Workers) {
+// returns nils. The Backlog keeps the queue's stats, for /metrics and
+// QUEUE_MAX_DEPTH; it is to be run.
+func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) (dedup.Queue, *delivery.Workers, *delivery.Backlog) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if backend.Queue == nil || (!cfg.AsyncRoutes() && !stillQueued(ctx, cfg, backend.Queue, log)) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	queue := backend.Queue
 	dlog := log.Named("delivery")
+	backlog := delivery.NewBacklog(queue, cfg.QueueMaxDepth, dlog)
 	var resign func(route, namespace string) delivery.Resigner // nil: RESIGN=off
 	if cfg.Resign == config.ResignAuto {
 		resign = resigners(routes)
@@ -411,6 +421,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		Bodies:          backend.Store,
 		KeyPrefix:       cfg.KeyPrefix,
 		DefaultTTL:      cfg.DedupTTL,
+		Routes:          cfg.AsyncPaths(),
 		Concurrency:     cfg.DeliveryConcurrency,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		Lease:           cfg.LeaseTTL,
@@ -423,15 +434,15 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		TracerProvider:  tp,
 		Logger:          dlog,
-		Metrics:         delivery.NewMetrics(reg, queue, dlog),
+		Metrics:         delivery.NewMetrics(reg, backlog, dlog),
 	})
 	// What the retries of an event failing every attempt come to, with
 	// full jitter: RETRY_MAX_AGE alone says it without a cap on attempts.
 	longest, average := delivery.Schedule(cfg.RetryInitialInterval, cfg.RetryMaxInterval, cfg.RetryMaxAge, cfg.RetryMaxAttempts)
 	log.Info("async delivery", zap.Strings("routes", cfg.AsyncPaths()), zap.Int("concurrency", cfg.DeliveryConcurrency),
-		zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Stringer("max_age", cfg.RetryMaxAge),
+		zap.Int("queue_max_depth", cfg.QueueMaxDepth), zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Stringer("max_age", cfg.RetryMaxAge),
 		zap.Stringer("dead_letter_after_at_most", longest.Round(time.Second)), zap.Stringer("dead_letter_after_on_average", average.Round(time.Second)))
-	return queue, workers
+	return queue, workers, backlog
 }
 
 // stillQueued reports whether a queue that no async route feeds any more

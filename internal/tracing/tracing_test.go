@@ -75,7 +75,7 @@ func TestBackendSpans(t *testing.T) {
 
 	// Outside a span: no spans at all.
 	storetest.MustClaim(t, b.Store, "outside", storetest.Lease)
-	if _, err := b.Queue.Take(ctx, 1, time.Minute); err != nil {
+	if _, err := b.Queue.Take(ctx, dedup.AllRoutes, 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(sr.Ended()); n != 0 {

@@ -1,0 +1,111 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// backlogEvery is how often the Backlog reads the queue's stats: how
+// late /metrics and QUEUE_MAX_DEPTH may see the queue grow.
+const backlogEvery = time.Second
+
+// errNotRead is the Backlog's answer before its first read of the stats.
+var errNotRead = errors.New("delivery: the queue's stats are not read yet")
+
+// Backlog keeps the queue's stats as last read, once a second in the
+// background: what /metrics reports and QUEUE_MAX_DEPTH is checked
+// against, at a cost that grows neither with the backlog nor with the
+// rate of scrapes and webhooks (a store whose Stats is not O(1), on a
+// scrape every few seconds and a check on every webhook, would pay it
+// each time).
+type Backlog struct {
+	stats    StatsSource
+	maxDepth int
+	every    time.Duration
+	log      *zap.Logger
+
+	mu   sync.Mutex
+	last dedup.QueueStats
+	at   time.Time // when last was read; zero before the first read
+	err  error     // the last read's error, if it failed
+	full atomic.Bool
+}
+
+// NewBacklog returns a Backlog of stats; maxDepth, if positive, is the
+// depth from which Full reports true (QUEUE_MAX_DEPTH). Run reads.
+func NewBacklog(stats StatsSource, maxDepth int, log *zap.Logger) *Backlog {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Backlog{stats: stats, maxDepth: maxDepth, every: backlogEvery, log: log, err: errNotRead}
+}
+
+// Run reads the stats at once and then every second, until ctx ends.
+func (b *Backlog) Run(ctx context.Context) {
+	t := time.NewTicker(b.every)
+	defer t.Stop()
+	for {
+		b.read(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *Backlog) read(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	st, err := b.stats.Stats(rctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		if b.err == nil {
+			b.log.Warn("reading the queue's stats failed: /metrics leaves the queue gauges out, and QUEUE_MAX_DEPTH is checked against the last depth read, until the store answers", zap.Error(err))
+		}
+		b.err = err
+		return
+	}
+	if b.err != nil && b.err != errNotRead {
+		b.log.Info("reading the queue's stats works again")
+	}
+	b.last, b.at, b.err = st, time.Now(), nil
+	full := b.maxDepth > 0 && st.Depth >= b.maxDepth
+	if was := b.full.Swap(full); was != full {
+		if full {
+			b.log.Warn("the queue holds QUEUE_MAX_DEPTH events waiting for delivery: first-seen webhooks of async routes are answered 503 queue-full until it drains", zap.Int("depth", st.Depth), zap.Int("queue_max_depth", b.maxDepth))
+		} else {
+			b.log.Info("the queue is below QUEUE_MAX_DEPTH again: accepting webhooks of async routes", zap.Int("depth", st.Depth))
+		}
+	}
+}
+
+// Full reports whether the queue held QUEUE_MAX_DEPTH events or more
+// waiting for delivery at the last read.
+func (b *Backlog) Full() bool { return b.full.Load() }
+
+// Stats returns the stats as last read, the oldest event's age carried on
+// to now; an error when the last read failed, or before the first.
+func (b *Backlog) Stats(context.Context) (dedup.QueueStats, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return dedup.QueueStats{}, b.err
+	}
+	st := b.last
+	if st.OldestAge > 0 {
+		st.OldestAge += time.Since(b.at)
+	}
+	return st, nil
+}

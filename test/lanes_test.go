@@ -1,0 +1,157 @@
+package test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// laneApp is an app whose handler for one route hangs until the test lets
+// go, and which notes when each event of the other routes arrived.
+type laneApp struct {
+	*httptest.Server
+	release func()
+	mu      sync.Mutex
+	arrived map[string]time.Time // by X-Acme-Event-Id
+}
+
+func newLaneApp(t *testing.T, hangs string) *laneApp {
+	hold := make(chan struct{})
+	var once sync.Once
+	a := &laneApp{release: func() { once.Do(func() { close(hold) }) }, arrived: map[string]time.Time{}}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == hangs {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		a.mu.Lock()
+		a.arrived[r.Header.Get("X-Acme-Event-Id")] = time.Now()
+		a.mu.Unlock()
+	}))
+	t.Cleanup(a.Close)
+	t.Cleanup(a.release) // before the server's Close, which waits for the held requests
+	return a
+}
+
+func (a *laneApp) arrivedAt(id string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.arrived[id]
+	return at, ok
+}
+
+// TestAsyncRouteLanes: a route whose app hangs holds its own
+// DELIVERY_CONCURRENCY slots, not another route's: with 20 events of the
+// hanging route queued first, 300 events of another route are delivered
+// while it hangs, each within a few seconds of its acceptance (before
+// per-route slots: the hanging route took all 16 slots and the others
+// waited for UPSTREAM_TIMEOUT), and the slots gauge names the route that
+// holds them.
+func TestAsyncRouteLanes(t *testing.T) {
+	t.Parallel()
+	app := newLaneApp(t, jsonPath.Path)
+	env := asyncEnv(app.URL, diskStore.env(t))
+	env["ROUTES"] = routes(acme, jsonPath)
+	env["UPSTREAM_TIMEOUT"] = "2m"
+	px := startProxy(t, env)
+	ctx, client := testContext(t), newClient(t)
+	for i := range 20 {
+		expect(t, "a webhook of the hanging route", mustSend(t, ctx, client, px, jsonPath, jsonPath.Event(i)), 202, "queued")
+	}
+	px.awaitMetric(t, "webhook_dedup_delivery_slots_in_use", map[string]string{"route": jsonPath.Path}, 16)
+
+	const n = 300
+	accepted := make([]time.Time, n)
+	for i := range n {
+		expect(t, "a webhook of the other route", mustSend(t, ctx, client, px, acme, acme.Event(i)), 202, "queued")
+		accepted[i] = time.Now()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	lags := make([]time.Duration, 0, n)
+	for i := 0; i < n; {
+		at, ok := app.arrivedAt(acme.Event(i).ID)
+		if !ok {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d events of the other route delivered while the first route's app hangs", i, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		lags = append(lags, at.Sub(accepted[i]))
+		i++
+	}
+	slices.Sort(lags)
+	p50, p99 := lags[n/2], lags[n*99/100]
+	t.Logf("accept to delivery on the other route while the first hangs: p50 %s, p99 %s", p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+	if p99 > 5*time.Second {
+		t.Errorf("accept to delivery p99 %s, want a few seconds at most", p99)
+	}
+	if v := sample(px.metrics(t), "webhook_dedup_delivery_slots_in_use", map[string]string{"route": jsonPath.Path}); v != 16 {
+		t.Errorf("slots in use by the hanging route = %v, want its 16", v)
+	}
+}
+
+// TestAsyncQueueFull: once QUEUE_MAX_DEPTH events wait for delivery, a
+// first-seen webhook is answered 503 queue-full with Retry-After and
+// nothing is kept of it; a copy of a queued event is still a duplicate;
+// once the app drains the queue, the refused event is accepted.
+func TestAsyncQueueFull(t *testing.T) {
+	t.Parallel()
+	app := newScriptedApp(t, nil)
+	release := app.holdAll()
+	t.Cleanup(release)
+	env := asyncEnv(app.URL, diskStore.env(t))
+	env["DELIVERY_CONCURRENCY"] = "1"
+	env["QUEUE_MAX_DEPTH"] = "5"
+	px := startProxy(t, env)
+	ctx, client := testContext(t), newClient(t)
+	for i := range 6 { // one at the app, five waiting
+		expect(t, "a webhook below the bound", mustSend(t, ctx, client, px, acme, acme.Event(i)), 202, "queued")
+	}
+	px.awaitMetric(t, "webhook_dedup_queue_depth", nil, 5)
+	// The depth is read once a second: until then a first-seen webhook is
+	// accepted, so each try sends another.
+	var refused event
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 100; ; i++ {
+		refused = acme.Event(i)
+		a := mustSend(t, ctx, client, px, acme, refused)
+		if a.Status == http.StatusServiceUnavailable {
+			expect(t, "a first-seen webhook with the queue full", a, 503, "queue-full")
+			if ra, err := a.retryAfter(); err != nil || ra <= 0 {
+				t.Errorf("queue-full Retry-After: %d, %v; want whole seconds", ra, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with 5 waiting of QUEUE_MAX_DEPTH=5, a first-seen webhook got %s", a)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ev := px.event(t, acme, refused.ID); ev.State != "" {
+		t.Errorf("the refused event is %q in the store, want unknown", ev.State)
+	}
+	expect(t, "a copy of a queued event with the queue full", mustSend(t, ctx, client, px, acme, acme.Event(3)), 200, "duplicate")
+	release()
+	pollCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		a := mustSend(t, ctx, client, px, acme, refused)
+		if a.Status == 202 {
+			break
+		}
+		if pollCtx.Err() != nil {
+			t.Fatalf("once the queue drained, the refused event got %s, want 202", a)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
