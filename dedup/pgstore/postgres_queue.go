@@ -43,19 +43,77 @@ SELECT true, ` + noRecord + ` FROM queued CROSS JOIN LATERAL (SELECT pg_notify($
 UNION ALL
 SELECT false, * FROM live`
 
-// takeSQL leases up to $1 due deliveries to one caller: queued events
-// whose time has come and deliveries whose lease ran out. SKIP LOCKED
-// lets workers on every replica take at once without waiting for each
-// other or taking the same row.
-const takeSQL = `WITH due AS (
+// takeLease leases the due deliveries its statement's first step (due)
+// picked and locked to one caller: $2 is the lease's token, $3 its length.
+// Each first step below picks up to $1 queued events whose time has come
+// and deliveries whose lease ran out, oldest due first; SKIP LOCKED lets
+// workers on every replica take at once without waiting for each other or
+// taking the same row.
+const takeLease = `
+UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
+FROM due WHERE q.key = due.key
+RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
+
+// takeAllSQL takes from every route (dedup.AllRoutes), by the due index.
+const takeAllSQL = `WITH due AS (
 	SELECT key FROM %[1]squeue
 	WHERE failed_at IS NULL AND due_at <= now()
 	ORDER BY due_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)
-UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
-FROM due WHERE q.key = due.key
-RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
+)` + takeLease
+
+// takeRouteSQL takes from route $4's lane, by the lane index: an index
+// range of that route's due rows, which another route's backlog is not in.
+// The route is matched with = ANY(ARRAY[...]), not =, for the planner:
+// with =, it takes the route for a constant and the order for due_at
+// alone, which the due index gives too, by reading through every route's
+// due rows and filtering out the others'; it picks that index when its
+// estimates make it look cheaper, whatever backlog of another route is
+// due first (as it did in TestPostgresLaneTakesByIndex, for a route a
+// quarter of the rows, all of them behind another's). With ANY, the order
+// is route then due_at, which only the lane index gives without sorting
+// all the route's due rows first.
+const takeRouteSQL = `WITH due AS (
+	SELECT key FROM %[1]squeue
+	WHERE failed_at IS NULL AND route = ANY(ARRAY[$4::text]) AND due_at <= now()
+	ORDER BY route, due_at LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)` + takeLease
+
+// takeRestSQL takes from the lane of every route but those in $4. The due
+// index would read through the excepted routes' due rows to reach the
+// rest (a hung route's backlog on every Take), and no index range holds
+// "every route but these": so the routes are walked in the lane index
+// instead, one descent each (routes, a loose index scan: there are a few
+// routes, and any number of events), and each route not excepted gives
+// its oldest $1 due rows, by the lane index (matched as in takeRouteSQL),
+// of which the oldest $1 are taken. Each route's rows are locked as they
+// are read, up to $1 of each: those not taken are let go when the
+// statement commits, and a concurrent Take, which skips them meanwhile,
+// finds the next ones of each route rather than nothing.
+const takeRestSQL = `WITH RECURSIVE routes (route) AS (
+	(SELECT route FROM %[1]squeue WHERE failed_at IS NULL ORDER BY route LIMIT 1)
+	UNION ALL
+	SELECT (SELECT q.route FROM %[1]squeue q WHERE q.failed_at IS NULL AND q.route > routes.route ORDER BY q.route LIMIT 1)
+	FROM routes WHERE routes.route IS NOT NULL
+), due AS (
+	SELECT lane.key FROM routes CROSS JOIN LATERAL (
+		SELECT q.key, q.due_at FROM %[1]squeue q
+		WHERE q.failed_at IS NULL AND q.route = ANY(ARRAY[routes.route]) AND q.due_at <= now()
+		ORDER BY q.route, q.due_at LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	) lane
+	WHERE routes.route <> ALL($4::text[])
+	ORDER BY lane.due_at LIMIT $1
+)` + takeLease
+
+// extendSQL renews the lease of a delivery its holder still owns: the
+// token is replaced at a takeover and cleared when the delivery is
+// settled, and the row goes when the event is forgotten. As with the
+// settling statements, a lease that ran out is still its holder's until
+// someone takes the delivery over.
+const extendSQL = `UPDATE %[1]squeue SET due_at = now() + $3::bigint * interval '1 microsecond'
+WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL`
 
 // succeedSQL completes a delivery its holder still owns: the request goes,
 // the record becomes a completed one.
@@ -133,15 +191,22 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	return won, rec, nil
 }
 
-// Take leases up to n due deliveries to the caller for lease.
-func (s *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
+// Take leases up to n due deliveries of lane to the caller for lease.
+func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
 	if take, err := storeop.CheckTake(ctx, n, lease); !take {
 		return nil, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	tok := codec.NewToken()
-	rows, err := s.pool.Query(ctx, s.sql.take, n, tok[:], micros(lease))
+	sql, args := s.sql.takeAll, []any{n, tok[:], micros(lease)}
+	switch {
+	case !lane.Rest:
+		sql, args = s.sql.takeRoute, append(args, lane.Route)
+	case len(lane.Except) > 0:
+		sql, args = s.sql.takeRest, append(args, lane.Except)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("dedup: take: %w", err)
 	}
@@ -183,6 +248,16 @@ func (s *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.D
 // reports ErrNotOwner.
 func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, sql string, args ...any) error {
 	return s.owned(ctx, op, d.Claim.Key, d.Claim.Token, sql, args...)
+}
+
+// Extend renews d's lease for lease from now. ErrNotOwner once d is no
+// longer its holder's. Retried as the settling calls are (see owned): a
+// repeat whose first answer was lost renews the lease again, from later.
+func (s *Store) Extend(ctx context.Context, d dedup.Delivery, lease time.Duration) error {
+	if _, err := storeop.CheckExtend(ctx, d, lease); err != nil {
+		return err
+	}
+	return s.settle(ctx, "extend", d, s.sql.extend, micros(lease))
 }
 
 // Succeed completes d's event with res, kept for ttl, and drops its

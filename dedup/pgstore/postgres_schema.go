@@ -24,8 +24,12 @@ import (
 // where its delivery stands. due_at is when a queued event's next attempt
 // is due, or, while a worker holds it (lease_token set), when its lease
 // runs out: so one partial index finds both the due events and the
-// deliveries whose worker died. Dead letters (failed_at set) have their
-// own partial index, for their listing. A queue row goes with its record.
+// deliveries whose worker died. route is the route the event was accepted
+// on, which decides its lane (dedup.Lane); the lane index, by route then
+// due_at, finds one route's due events without reading through another
+// route's, however many of them are due first (see takeRouteSQL and
+// takeRestSQL). Dead letters (failed_at set) have their own partial
+// index, for their listing. A queue row goes with its record.
 //
 // owners names, per KEY_PREFIX, the deployment (APP_NAME) whose records
 // these are.
@@ -79,6 +83,13 @@ ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS header_raw bytea,
 	ALTER COLUMN header DROP NOT NULL;
 CREATE INDEX IF NOT EXISTS %[1]squeue_due ON %[1]squeue (due_at) WHERE failed_at IS NULL;
 CREATE INDEX IF NOT EXISTS %[1]squeue_failed ON %[1]squeue (key) WHERE failed_at IS NOT NULL;
+-- Added with lanes: Take of one route's lane, and of the rest lane route by
+-- route. Every row already has its route (events queued before the route
+-- column have '', the rest lane's), so there is nothing to fill in. Built
+-- here, it holds up writes to the queue while it is built (CONCURRENTLY
+-- cannot run in a transaction); for a large queue, create it beforehand
+-- with CREATE INDEX CONCURRENTLY and this finds it there.
+CREATE INDEX IF NOT EXISTS %[1]squeue_lane ON %[1]squeue (route, due_at) WHERE failed_at IS NULL;
 CREATE TABLE IF NOT EXISTS %[1]sowners (
 	key_prefix   text PRIMARY KEY,
 	app_name     text NOT NULL
@@ -124,10 +135,11 @@ func (s *Store) lockKey(what string) int64 {
 
 // statements are the store's SQL with its table names filled in.
 type statements struct {
-	claim, complete, release, lookup, forget, ping, prune   string
-	enqueue, take, succeed, succeeded, retry, fail, requeue string
-	deadLetters, stats, notify                              string
-	owner                                                   string
+	claim, complete, release, lookup, forget, ping, prune string
+	enqueue, succeed, succeeded, retry, fail, requeue     string
+	takeAll, takeRoute, takeRest, extend                  string
+	deadLetters, stats, notify                            string
+	owner                                                 string
 }
 
 // recordColumns read a record (r) and its queue row (q, absent for sync
@@ -205,14 +217,20 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		forget: f(`DELETE FROM %[1]srecords WHERE key = $1 RETURNING expires_at > now()`),
 		// The tables, as this version writes them: the queue's columns
 		// added since the first release included, so that a database
-		// not migrated since is not taken for ready.
+		// not migrated since is not taken for ready. Not the lane index:
+		// every statement works without it (a Take of one lane then
+		// reads through the others' due rows), and a proxy not ready
+		// until `migrate` runs would take no webhook at all.
 		ping: f(`SELECT q.route, q.namespace, q.ttl_micros, q.trace_parent, q.header_raw FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
 		// A small batch by physical address (a TID scan: no sort, no
 		// long lock), skipping rows a claim is taking over right now.
 		prune: f(`DELETE FROM %[1]srecords WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM %[1]srecords WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`),
 		enqueue:     f(enqueueSQL),
-		take:        f(takeSQL),
+		takeAll:     f(takeAllSQL),
+		takeRoute:   f(takeRouteSQL),
+		takeRest:    f(takeRestSQL),
+		extend:      f(extendSQL),
 		succeed:     f(succeedSQL),
 		succeeded:   f(`SELECT EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND state = 2 AND token = $2 AND expires_at > now())`),
 		retry:       f(retrySQL),

@@ -1,0 +1,234 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
+	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
+)
+
+// TestPostgresLaneTakesByIndex checks what the conformance suite's lanes
+// case cannot see: that a Take of one lane finds its events by an index,
+// reading a handful of rows, not through the thousands of another route's
+// due events queued ahead of them (a route whose app hangs), whether the
+// lane is a route's own or the rest lane. It runs the take statements
+// under EXPLAIN ANALYZE on a table whose statistics are up to date, and
+// counts the queue rows each plan read. Route b is a busy one, a quarter
+// of the rows: the planner, which takes b's rows to be spread through the
+// due index, then expects ten of them among its first forty; they all
+// come after a's.
+func TestPostgresLaneTakesByIndex(t *testing.T) {
+	s := openPostgres(t, nil, Config{})
+	ctx := context.Background()
+	const backlog = 3000
+	enqueueOn(t, s, "a", backlog)
+	enqueueOn(t, s, "b", 1000)
+	for _, route := range []string{"c", ""} {
+		enqueueOn(t, s, route, 5)
+	}
+	if _, err := s.pool.Exec(ctx, "ANALYZE webhook_dedup_queue"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		sql  string
+		arg  any
+		want int // deliveries taken
+	}{
+		{"route b", s.sql.takeRoute, "b", 10},
+		{"the rest but a and b", s.sql.takeRest, []string{"a", "b"}, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read, took, plan := explainTake(t, s, tc.sql, 10, tc.arg)
+			t.Logf("read %d queue rows to take %d:\n%s", read, took, plan)
+			if took != tc.want {
+				t.Errorf("took %d deliveries, want %d; plan:\n%s", took, tc.want, plan)
+			}
+			// Each row taken is read a few times (found in the lane,
+			// then updated by key); the backlog is not read at all.
+			if read > 10*tc.want {
+				t.Errorf("read %d queue rows to take %d behind %d of another route's; plan:\n%s", read, took, backlog, plan)
+			}
+		})
+	}
+}
+
+// enqueueOn enqueues n events accepted on route, eight at a time.
+func enqueueOn(t *testing.T, s *Store, route string, n int) {
+	t.Helper()
+	req := storetest.Request
+	req.Route = route
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				key := fmt.Sprintf("%s/%d", route, i)
+				if won, _, err := s.Enqueue(context.Background(), key, req); err != nil || !won {
+					errs <- fmt.Errorf("Enqueue %s = %v, %v", key, won, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// explainTake runs a take statement (n deliveries, then arg, its lane)
+// under EXPLAIN ANALYZE in a transaction it rolls back, and returns the
+// queue rows its plan read (returned by a scan or removed by its filter,
+// over every loop), the rows it took, and the plan's scans, for messages.
+func explainTake(t *testing.T, s *Store, sql string, n int, arg any) (read, took int, plan string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	tok := codec.NewToken()
+	var out []struct{ Plan planNode }
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, n, tok[:], micros(storetest.Lease), arg).Scan(&out); err != nil {
+		t.Fatalf("EXPLAIN: %v", err)
+	}
+	if len(out) != 1 {
+		t.Fatalf("EXPLAIN answered %d plans", len(out))
+	}
+	var lines []string
+	var walk func(p planNode, depth int)
+	walk = func(p planNode, depth int) {
+		if p.NodeType == "ModifyTable" {
+			took = int(p.ActualRows)
+		} else if p.Relation == "webhook_dedup_queue" {
+			rows := int((p.ActualRows + p.RemovedByFilter) * p.ActualLoops)
+			read += rows
+			lines = append(lines, fmt.Sprintf("%s%s %s: %d rows read (%v×%v, %v removed by filter)",
+				strings.Repeat("  ", depth), p.NodeType, p.Index, rows, p.ActualRows, p.ActualLoops, p.RemovedByFilter))
+		}
+		for _, c := range p.Plans {
+			walk(c, depth+1)
+		}
+	}
+	walk(out[0].Plan, 0)
+	return read, took, strings.Join(lines, "\n")
+}
+
+// planNode is the part of EXPLAIN's JSON plan node explainTake reads.
+type planNode struct {
+	NodeType        string     `json:"Node Type"`
+	Relation        string     `json:"Relation Name"`
+	Index           string     `json:"Index Name"`
+	ActualRows      float64    `json:"Actual Rows"`
+	ActualLoops     float64    `json:"Actual Loops"`
+	RemovedByFilter float64    `json:"Rows Removed by Filter"`
+	Plans           []planNode `json:"Plans"`
+}
+
+// TestPostgresExtendRidesOutALostConnection checks Extend is retried as
+// the settling calls are: the lease keeping of a delivery whose pooled
+// connection the server has dropped (a restart, a failover, an idle
+// timeout) renews the lease on a new connection rather than failing, and
+// the worker's attempt is not taken over.
+func TestPostgresExtendRidesOutALostConnection(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	s := openPostgres(t, nil, Config{URL: url})
+	ctx := context.Background()
+	storetest.MustEnqueue(t, s, "k")
+	d := storetest.TakeOne(t, s, storetest.Short)
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	const others = `FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`
+	if _, err := other.Exec(ctx, `SELECT pg_terminate_backend(pid) `+others); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Eventually(t, "the store's connections to be dropped", func() bool {
+		var n int
+		return other.QueryRow(ctx, `SELECT count(*) `+others).Scan(&n) == nil && n == 0
+	})
+	if err := s.Extend(ctx, d, storetest.Lease); err != nil {
+		t.Fatalf("Extend over a dropped connection: %v", err)
+	}
+	var extended bool
+	if err := other.QueryRow(ctx, `SELECT due_at > now() + $1::bigint * interval '1 microsecond' FROM webhook_dedup_queue WHERE key = 'k'`,
+		micros(storetest.Lease/2)).Scan(&extended); err != nil || !extended {
+		t.Errorf("the lease after Extend runs out within %s (%v), want %s from the Extend", storetest.Lease/2, err, storetest.Lease)
+	}
+}
+
+// TestPostgresLanesTakenConcurrently checks that workers taking from every
+// lane at once, several to a lane as replicas do, and one taking from
+// every route (a replica whose configuration gives no route a lane of its
+// own), hand out each delivery once, and each from a lane that holds it:
+// the rest lane locks its rows route by route, in a statement of its own
+// shape.
+func TestPostgresLanesTakenConcurrently(t *testing.T) {
+	s := openPostgres(t, nil, Config{})
+	const each = 100
+	routes := []string{"a", "b", "c", ""}
+	for _, route := range routes {
+		enqueueOn(t, s, route, each)
+	}
+	lanes := []dedup.Lane{dedup.RouteLane("a"), dedup.RouteLane("b"), dedup.RestLane("a", "b"), dedup.AllRoutes}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	taken := map[string][]dedup.Lane{}
+	var errs []error
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		for range 2 {
+			wg.Go(func() {
+				for {
+					mu.Lock()
+					done := len(taken) == each*len(routes)
+					mu.Unlock()
+					if done || ctx.Err() != nil {
+						return
+					}
+					// A Take may come back empty while others hold what is
+					// left locked: the loop asks again.
+					ds, err := s.Take(ctx, lane, 5, storetest.Lease)
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+						mu.Unlock()
+						return
+					}
+					for _, d := range ds {
+						taken[d.Claim.Key] = append(taken[d.Claim.Key], lane)
+						if !lane.Holds(d.Request.Route) {
+							errs = append(errs, fmt.Errorf("lane %+v handed out %s of route %q", lane, d.Claim.Key, d.Request.Route))
+						}
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if len(taken) != each*len(routes) {
+		t.Errorf("%d deliveries handed out within 30s, want %d", len(taken), each*len(routes))
+	}
+	for key, by := range taken {
+		if len(by) != 1 {
+			t.Errorf("%s handed out %d times, by lanes %+v", key, len(by), by)
+		}
+	}
+}
