@@ -63,6 +63,9 @@ type Store struct {
 	timeout time.Duration
 	stalled atomic.Int64
 
+	// counts are what Stats reports, kept by the commits that change them.
+	counts *queueCounts
+
 	// stop ends the sweep of expired records; done waits for it.
 	stop      context.CancelFunc
 	done      sync.WaitGroup
@@ -128,6 +131,7 @@ func openDisk(cfg Config, sweepEvery time.Duration) (*Store, error) {
 	// this delay: long enough to gather the writes of requests that arrive
 	// together, short against an fsync.
 	db.MaxBatchDelay = time.Millisecond
+	var counts *queueCounts
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketRecords, bucketRequests, bucketLanes, bucketDead, bucketExpiry} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -137,14 +141,20 @@ func openDisk(cfg Config, sweepEvery time.Duration) (*Store, error) {
 		if err := migrateDue(tx); err != nil {
 			return err
 		}
-		return buckets(tx).releaseDeliveries(time.Now().UnixMilli())
+		now := time.Now()
+		b := buckets(tx)
+		if err := b.releaseDeliveries(now.UnixMilli()); err != nil {
+			return err
+		}
+		counts = b.countQueue(now)
+		return nil
 	})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	d := &Store{db: db, stop: stop, dir: dir, timeout: cfg.Timeout}
+	d := &Store{db: db, stop: stop, dir: dir, timeout: cfg.Timeout, counts: counts}
 	d.done.Go(func() { storeop.Every(ctx, sweepEvery, func() bool { _ = d.sweep(); return false }) })
 	return d, nil
 }
@@ -233,9 +243,16 @@ func (d *Store) sweep() error {
 
 // write runs fn on the buckets of a write transaction that is committed
 // before it returns. fn may run more than once (a batch that fails is
-// retried one by one), so it sets its results afresh each time.
+// retried one by one), so it sets its results afresh each time; the
+// changes to the queue's counts of the run that commits are the ones
+// counted.
 func (d *Store) write(fn func(b diskBuckets) error) error {
-	run := func(tx *bolt.Tx) error { return fn(buckets(tx)) }
+	run := func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		b.tally = &tally{}
+		tx.OnCommit(func() { d.counts.apply(b.tally, time.Now()) })
+		return fn(b)
+	}
 	return d.bounded(d.timeout, func() error {
 		defer d.writes.Add(-1)
 		var err error
@@ -269,6 +286,9 @@ func volumeRefused(err error) bool {
 // diskBuckets are the buckets of one transaction.
 type diskBuckets struct {
 	records, requests, lanes, dead, expiry *bolt.Bucket
+	// tally collects what a write transaction changes in the queue's
+	// counts; nil in the others.
+	tally *tally
 }
 
 func buckets(tx *bolt.Tx) diskBuckets {
@@ -345,7 +365,7 @@ func (b diskBuckets) deleteAll(key []byte) error {
 		if a.State == dedup.Queued || a.State == dedup.Delivering {
 			route = b.routeOf(key) // the lane it is in; no other index needs it
 		}
-		if err := b.unindex(key, route, a); err != nil {
+		if err := b.unindex(key, route, a, expires); err != nil {
 			return err
 		}
 	}
@@ -355,9 +375,9 @@ func (b diskBuckets) deleteAll(key []byte) error {
 	return b.records.Delete(key)
 }
 
-// unindex removes a, key's async record on route, from its lane or from
-// the dead letters.
-func (b diskBuckets) unindex(key []byte, route string, a codec.Async) error {
+// unindex removes a, key's async record on route, which expires at
+// expires, from its lane or from the dead letters, and from the counts.
+func (b diskBuckets) unindex(key []byte, route string, a codec.Async, expires int64) error {
 	switch a.State {
 	case dedup.Queued, dedup.Delivering:
 		if lane := b.lanes.Bucket(laneName(route)); lane != nil {
@@ -369,13 +389,16 @@ func (b diskBuckets) unindex(key []byte, route string, a codec.Async) error {
 		if err := b.dead.Delete(timeKey(a.At, key)); err != nil {
 			return err
 		}
+	default:
+		return nil
 	}
+	b.tally.note(a, expires, -1)
 	return nil
 }
 
-// index adds a, key's async record on route, to its lane or to the dead
-// letters.
-func (b diskBuckets) index(key []byte, route string, a codec.Async) error {
+// index adds a, key's async record on route, which expires at expires,
+// to its lane or to the dead letters, and to the counts.
+func (b diskBuckets) index(key []byte, route string, a codec.Async, expires int64) error {
 	switch a.State {
 	case dedup.Queued, dedup.Delivering:
 		lane, err := b.lane(route)
@@ -389,7 +412,10 @@ func (b diskBuckets) index(key []byte, route string, a codec.Async) error {
 		if err := b.dead.Put(timeKey(a.At, key), nil); err != nil {
 			return err
 		}
+	default:
+		return nil
 	}
+	b.tally.note(a, expires, 1)
 	return nil
 }
 
@@ -439,13 +465,59 @@ func (b diskBuckets) entryRecord(e dueEntry, now int64) (codec.Async, bool) {
 // none) with a, which expires at expires, moving its entries in the
 // indexes; route is the route the event was accepted on.
 func (b diskBuckets) putAsync(key []byte, route string, old, a codec.Async, expires int64) error {
-	if err := b.unindex(key, route, old); err != nil {
+	if err := b.unindex(key, route, old, b.expiresAt(key)); err != nil {
 		return err
 	}
-	if err := b.index(key, route, a); err != nil {
+	if err := b.index(key, route, a, expires); err != nil {
 		return err
 	}
 	return b.put(key, expires, codec.EncodeAsync(a))
+}
+
+// expiresAt is when key's record expires (unix ms, 0: never, or no
+// record), expired or not.
+func (b diskBuckets) expiresAt(key []byte) int64 {
+	if v := b.records.Get(key); len(v) >= 8 {
+		return int64(binary.BigEndian.Uint64(v))
+	}
+	return 0
+}
+
+// countQueue counts what Stats reports, from the lanes and the dead
+// letters: once, as the file is opened.
+func (b diskBuckets) countQueue(now time.Time) *queueCounts {
+	c := &queueCounts{}
+	ms := now.UnixMilli()
+	for _, name := range b.laneNames() {
+		_ = b.lanes.Bucket(name).ForEach(func(idx, _ []byte) error {
+			if a, ok := b.entryRecord(dueEntry{idx: idx}, ms); ok {
+				c.count(changeOf(a, 0, 1))
+			}
+			return nil
+		})
+	}
+	_ = b.dead.ForEach(func(idx, _ []byte) error {
+		// Expired or not: an expired one is dropped from the counts as
+		// soon as they are read, and its deletion by the sweep then
+		// changes nothing.
+		a, expires, ok := b.anyAsync(idx[8:])
+		if ok && a.State == dedup.Failed && a.At == int64(binary.BigEndian.Uint64(idx)) {
+			c.count(changeOf(a, expires, 1))
+		}
+		return nil
+	})
+	return c
+}
+
+// anyAsync is key's async record and when it expires (unix ms, 0: never),
+// expired or not.
+func (b diskBuckets) anyAsync(key []byte) (codec.Async, int64, bool) {
+	v := b.records.Get(key)
+	if len(v) < 8 {
+		return codec.Async{}, 0, false
+	}
+	a, err := codec.DecodeAsync(v[8:])
+	return a, int64(binary.BigEndian.Uint64(v)), err == nil
 }
 
 // record is what callers see of s at now.
@@ -961,51 +1033,13 @@ func (d *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 }
 
 // Stats reports the queue's depth, its oldest event's age and the number
-// of dead letters, reading the whole queue: fine for the one replica the
-// embedded store serves.
+// of dead letters, from the counts kept in memory (queueCounts): it costs
+// the same whatever the backlog, and does not touch the file.
 func (d *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
 	}
-	var st dedup.QueueStats
-	err := d.view(func(tx *bolt.Tx) error {
-		b := buckets(tx)
-		now := time.Now().UnixMilli()
-		oldest := int64(0)
-		for _, name := range b.laneNames() {
-			c := b.lanes.Bucket(name).Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				s, ok := b.get(k[8:], now)
-				if !ok {
-					continue
-				}
-				a, err := codec.DecodeAsync(s.value)
-				if err != nil {
-					return err
-				}
-				if oldest == 0 || a.Accepted < oldest {
-					oldest = a.Accepted
-				}
-				if a.State != dedup.Delivering || a.At <= now { // not held, its lease running
-					st.Depth++
-				}
-			}
-		}
-		if oldest != 0 {
-			st.OldestAge = max(0, time.Duration(now-oldest)*time.Millisecond)
-		}
-		c := b.dead.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			if _, ok := b.get(k[8:], now); ok {
-				st.DeadLetters++
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
-	}
-	return st, nil
+	return d.counts.stats(time.Now()), nil
 }
 
 // count is the number of keys in bucket, for tests.
