@@ -36,8 +36,9 @@ const File = "webhook-dedup.db"
 //
 //	records  key → expiry (8 bytes, unix ms, 0: none) + the record
 //	requests key → a queued event's request (encodeRequest)
-//	due      time + key: queued events by when they are due, and events
-//	         being delivered by when their lease runs out
+//	lanes    one bucket per route (lanes.go), each time + key: its queued
+//	         events by when they are due, and its events being delivered
+//	         by when their lease runs out
 //	dead     failure time + key: the dead letters
 //	expiry   time + key: the records that expire, by when
 //
@@ -62,6 +63,9 @@ type Store struct {
 	timeout time.Duration
 	stalled atomic.Int64
 
+	// counts are what Stats reports, kept by the commits that change them.
+	counts *queueCounts
+
 	// stop ends the sweep of expired records; done waits for it.
 	stop      context.CancelFunc
 	done      sync.WaitGroup
@@ -71,7 +75,7 @@ type Store struct {
 var (
 	bucketRecords  = []byte("records")
 	bucketRequests = []byte("requests")
-	bucketDue      = []byte("due")
+	bucketLanes    = []byte("lanes")
 	bucketDead     = []byte("dead")
 	bucketExpiry   = []byte("expiry")
 )
@@ -127,20 +131,30 @@ func openDisk(cfg Config, sweepEvery time.Duration) (*Store, error) {
 	// this delay: long enough to gather the writes of requests that arrive
 	// together, short against an fsync.
 	db.MaxBatchDelay = time.Millisecond
+	var counts *queueCounts
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRecords, bucketRequests, bucketDue, bucketDead, bucketExpiry} {
+		for _, b := range [][]byte{bucketRecords, bucketRequests, bucketLanes, bucketDead, bucketExpiry} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return buckets(tx).releaseDeliveries(time.Now().UnixMilli())
+		if err := migrateDue(tx); err != nil {
+			return err
+		}
+		now := time.Now()
+		b := buckets(tx)
+		if err := b.releaseDeliveries(now.UnixMilli()); err != nil {
+			return err
+		}
+		counts = b.countQueue(now)
+		return nil
 	})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	d := &Store{db: db, stop: stop, dir: dir, timeout: cfg.Timeout}
+	d := &Store{db: db, stop: stop, dir: dir, timeout: cfg.Timeout, counts: counts}
 	d.done.Go(func() { storeop.Every(ctx, sweepEvery, func() bool { _ = d.sweep(); return false }) })
 	return d, nil
 }
@@ -200,10 +214,9 @@ func (d *Store) view(fn func(tx *bolt.Tx) error) error {
 func (d *Store) sweep() error {
 	for {
 		n := 0
-		err := d.write(func(tx *bolt.Tx) error {
+		err := d.write(func(b diskBuckets) error {
 			n = 0
 			now := time.Now().UnixMilli()
-			b := buckets(tx)
 			var keys [][]byte
 			c := b.expiry.Cursor()
 			for k, _ := c.First(); k != nil && len(keys) < diskSweepBatch; k, _ = c.Next() {
@@ -214,7 +227,9 @@ func (d *Store) sweep() error {
 			}
 			for _, key := range keys {
 				if _, ok := b.get(key, now); !ok {
-					b.deleteAll(key)
+					if err := b.deleteAll(key); err != nil {
+						return err
+					}
 					n++
 				}
 			}
@@ -226,17 +241,25 @@ func (d *Store) sweep() error {
 	}
 }
 
-// write runs fn in a write transaction that is committed before it
-// returns. fn may run more than once (a batch that fails is retried one by
-// one), so it sets its results afresh each time.
-func (d *Store) write(fn func(tx *bolt.Tx) error) error {
+// write runs fn on the buckets of a write transaction that is committed
+// before it returns. fn may run more than once (a batch that fails is
+// retried one by one), so it sets its results afresh each time; the
+// changes to the queue's counts of the run that commits are the ones
+// counted.
+func (d *Store) write(fn func(b diskBuckets) error) error {
+	run := func(tx *bolt.Tx) error {
+		b := buckets(tx)
+		b.tally = &tally{}
+		tx.OnCommit(func() { d.counts.apply(b.tally, time.Now()) })
+		return fn(b)
+	}
 	return d.bounded(d.timeout, func() error {
 		defer d.writes.Add(-1)
 		var err error
 		if d.writes.Add(1) == 1 || d.unbatched {
-			err = d.db.Update(fn)
+			err = d.db.Update(run)
 		} else {
-			err = d.db.Batch(fn)
+			err = d.db.Batch(run)
 		}
 		d.noteRefusal(err)
 		return err
@@ -262,14 +285,17 @@ func volumeRefused(err error) bool {
 
 // diskBuckets are the buckets of one transaction.
 type diskBuckets struct {
-	records, requests, due, dead, expiry *bolt.Bucket
+	records, requests, lanes, dead, expiry *bolt.Bucket
+	// tally collects what a write transaction changes in the queue's
+	// counts; nil in the others.
+	tally *tally
 }
 
 func buckets(tx *bolt.Tx) diskBuckets {
 	return diskBuckets{
 		records:  tx.Bucket(bucketRecords),
 		requests: tx.Bucket(bucketRequests),
-		due:      tx.Bucket(bucketDue),
+		lanes:    tx.Bucket(bucketLanes),
 		dead:     tx.Bucket(bucketDead),
 		expiry:   tx.Bucket(bucketExpiry),
 	}
@@ -323,39 +349,73 @@ func (b diskBuckets) put(key []byte, expires int64, value []byte) error {
 
 // deleteAll removes key's record, expired or not, with its request and
 // its entries in every index.
-func (b diskBuckets) deleteAll(key []byte) {
+func (b diskBuckets) deleteAll(key []byte) error {
 	v := b.records.Get(key)
 	if len(v) < 8 {
-		return
+		return nil
 	}
-	if e := int64(binary.BigEndian.Uint64(v)); e != 0 {
-		_ = b.expiry.Delete(timeKey(e, key))
+	expires := int64(binary.BigEndian.Uint64(v))
+	if expires != 0 {
+		if err := b.expiry.Delete(timeKey(expires, key)); err != nil {
+			return err
+		}
 	}
 	if a, err := codec.DecodeAsync(v[8:]); err == nil {
-		b.unindex(key, a)
+		route := ""
+		if a.State == dedup.Queued || a.State == dedup.Delivering {
+			route = b.routeOf(key) // the lane it is in; no other index needs it
+		}
+		if err := b.unindex(key, route, a, expires); err != nil {
+			return err
+		}
 	}
-	_ = b.requests.Delete(key)
-	_ = b.records.Delete(key)
+	if err := b.requests.Delete(key); err != nil {
+		return err
+	}
+	return b.records.Delete(key)
 }
 
-// unindex removes a's entry from the due or dead index.
-func (b diskBuckets) unindex(key []byte, a codec.Async) {
+// unindex removes a, key's async record on route, which expires at
+// expires, from its lane or from the dead letters, and from the counts.
+func (b diskBuckets) unindex(key []byte, route string, a codec.Async, expires int64) error {
 	switch a.State {
 	case dedup.Queued, dedup.Delivering:
-		_ = b.due.Delete(timeKey(a.At, key))
+		if lane := b.lanes.Bucket(laneName(route)); lane != nil {
+			if err := lane.Delete(timeKey(a.At, key)); err != nil {
+				return err
+			}
+		}
 	case dedup.Failed:
-		_ = b.dead.Delete(timeKey(a.At, key))
+		if err := b.dead.Delete(timeKey(a.At, key)); err != nil {
+			return err
+		}
+	default:
+		return nil
 	}
+	b.tally.note(a, expires, -1)
+	return nil
 }
 
-// index adds a's entry to the due or dead index.
-func (b diskBuckets) index(key []byte, a codec.Async) error {
+// index adds a, key's async record on route, which expires at expires,
+// to its lane or to the dead letters, and to the counts.
+func (b diskBuckets) index(key []byte, route string, a codec.Async, expires int64) error {
 	switch a.State {
 	case dedup.Queued, dedup.Delivering:
-		return b.due.Put(timeKey(a.At, key), nil)
+		lane, err := b.lane(route)
+		if err != nil {
+			return err
+		}
+		if err := lane.Put(timeKey(a.At, key), nil); err != nil {
+			return err
+		}
 	case dedup.Failed:
-		return b.dead.Put(timeKey(a.At, key), nil)
+		if err := b.dead.Put(timeKey(a.At, key), nil); err != nil {
+			return err
+		}
+	default:
+		return nil
 	}
+	b.tally.note(a, expires, 1)
 	return nil
 }
 
@@ -364,36 +424,100 @@ func (b diskBuckets) index(key []byte, a codec.Async) error {
 // process holds them any more (the one that took them stopped, or was
 // killed), so waiting out their leases would only delay them.
 func (b diskBuckets) releaseDeliveries(now int64) error {
-	var held [][]byte
-	c := b.due.Cursor()
-	for k, _ := c.Seek(timeKey(now+1, nil)); k != nil; k, _ = c.Next() {
-		held = append(held, bytes.Clone(k[8:]))
-	}
-	for _, key := range held {
-		s, ok := b.get(key, now)
-		if !ok || len(s.value) == 0 || s.value[0] != codec.TagAsync {
-			continue
+	for _, name := range b.laneNames() {
+		var held []dueEntry
+		c := b.lanes.Bucket(name).Cursor()
+		for k, _ := c.Seek(timeKey(now+1, nil)); k != nil; k, _ = c.Next() {
+			held = append(held, dueEntry{route: routeOfLane(name), idx: bytes.Clone(k)})
 		}
-		a, err := codec.DecodeAsync(s.value)
-		if err != nil || a.State != dedup.Delivering {
-			continue // queued for a later retry, or unreadable (Take dead-letters it)
-		}
-		released := a
-		released.At = now
-		if err := b.putAsync(key, a, released, s.expires); err != nil {
-			return err
+		for _, e := range held {
+			a, ok := b.entryRecord(e, now)
+			if !ok || a.State != dedup.Delivering {
+				continue // queued for a later retry, or Take's to drop
+			}
+			released := a
+			released.At = now
+			if err := b.putAsync(e.key(), e.route, a, released, 0); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// putAsync replaces key's async record old with a, moving its index entry.
-func (b diskBuckets) putAsync(key []byte, old, a codec.Async, expires int64) error {
-	b.unindex(key, old)
-	if err := b.index(key, a); err != nil {
+// entryRecord is the record of e's key if e is its entry: a queued or
+// delivering event, due (or its lease running out) at e's time. An entry
+// can outlive its record's move (a record damaged, or deleted by a
+// version from before the lanes, which knew only its own index).
+func (b diskBuckets) entryRecord(e dueEntry, now int64) (codec.Async, bool) {
+	s, ok := b.get(e.key(), now)
+	if !ok {
+		return codec.Async{}, false
+	}
+	a, err := codec.DecodeAsync(s.value)
+	if err != nil || (a.State != dedup.Queued && a.State != dedup.Delivering) || a.At != e.at() {
+		return codec.Async{}, false
+	}
+	return a, true
+}
+
+// putAsync replaces key's async record old (the zero Async if it has
+// none) with a, which expires at expires, moving its entries in the
+// indexes; route is the route the event was accepted on.
+func (b diskBuckets) putAsync(key []byte, route string, old, a codec.Async, expires int64) error {
+	if err := b.unindex(key, route, old, b.expiresAt(key)); err != nil {
+		return err
+	}
+	if err := b.index(key, route, a, expires); err != nil {
 		return err
 	}
 	return b.put(key, expires, codec.EncodeAsync(a))
+}
+
+// expiresAt is when key's record expires (unix ms, 0: never, or no
+// record), expired or not.
+func (b diskBuckets) expiresAt(key []byte) int64 {
+	if v := b.records.Get(key); len(v) >= 8 {
+		return int64(binary.BigEndian.Uint64(v))
+	}
+	return 0
+}
+
+// countQueue counts what Stats reports, from the lanes and the dead
+// letters: once, as the file is opened.
+func (b diskBuckets) countQueue(now time.Time) *queueCounts {
+	c := &queueCounts{}
+	ms := now.UnixMilli()
+	for _, name := range b.laneNames() {
+		_ = b.lanes.Bucket(name).ForEach(func(idx, _ []byte) error {
+			if a, ok := b.entryRecord(dueEntry{idx: idx}, ms); ok {
+				c.count(changeOf(a, 0, 1))
+			}
+			return nil
+		})
+	}
+	_ = b.dead.ForEach(func(idx, _ []byte) error {
+		// Expired or not: an expired one is dropped from the counts as
+		// soon as they are read, and its deletion by the sweep then
+		// changes nothing.
+		a, expires, ok := b.anyAsync(idx[8:])
+		if ok && a.State == dedup.Failed && a.At == int64(binary.BigEndian.Uint64(idx)) {
+			c.count(changeOf(a, expires, 1))
+		}
+		return nil
+	})
+	return c
+}
+
+// anyAsync is key's async record and when it expires (unix ms, 0: never),
+// expired or not.
+func (b diskBuckets) anyAsync(key []byte) (codec.Async, int64, bool) {
+	v := b.records.Get(key)
+	if len(v) < 8 {
+		return codec.Async{}, 0, false
+	}
+	a, err := codec.DecodeAsync(v[8:])
+	return a, int64(binary.BigEndian.Uint64(v)), err == nil
 }
 
 // record is what callers see of s at now.
@@ -431,8 +555,7 @@ func (d *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 		won bool
 		rec dedup.Record
 	)
-	err := d.write(func(tx *bolt.Tx) error {
-		b := buckets(tx)
+	err := d.write(func(b diskBuckets) error {
 		now := time.Now()
 		if s, ok := b.get(k, now.UnixMilli()); ok {
 			won = false
@@ -441,7 +564,9 @@ func (d *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 			return err
 		}
 		won = true
-		b.deleteAll(k) // an expired record
+		if err := b.deleteAll(k); err != nil { // an expired record
+			return err
+		}
 		return b.put(k, now.Add(lease).UnixMilli(), codec.EncodeInFlight(tok, now.UnixMilli()))
 	})
 	if err != nil {
@@ -468,8 +593,7 @@ func (d *Store) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, t
 		return err
 	}
 	owned := false
-	err = d.write(func(tx *bolt.Tx) error {
-		b := buckets(tx)
+	err = d.write(func(b diskBuckets) error {
 		now := time.Now()
 		owned = b.ownsSync([]byte(c.Key), tok, now.UnixMilli())
 		if !owned {
@@ -494,13 +618,12 @@ func (d *Store) Release(ctx context.Context, c dedup.Claim) error {
 		return err
 	}
 	owned := false
-	err = d.write(func(tx *bolt.Tx) error {
-		b := buckets(tx)
+	err = d.write(func(b diskBuckets) error {
 		owned = b.ownsSync([]byte(c.Key), tok, time.Now().UnixMilli())
-		if owned {
-			b.deleteAll([]byte(c.Key))
+		if !owned {
+			return nil
 		}
-		return nil
+		return b.deleteAll([]byte(c.Key))
 	})
 	if err == nil && !owned {
 		err = dedup.ErrNotOwner
@@ -540,11 +663,9 @@ func (d *Store) Forget(ctx context.Context, key string) (bool, error) {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
 	}
 	had := false
-	err := d.write(func(tx *bolt.Tx) error {
-		b := buckets(tx)
+	err := d.write(func(b diskBuckets) error {
 		_, had = b.get([]byte(key), time.Now().UnixMilli())
-		b.deleteAll([]byte(key))
-		return nil
+		return b.deleteAll([]byte(key))
 	})
 	if err != nil {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
@@ -612,8 +733,7 @@ func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 		won bool
 		rec dedup.Record
 	)
-	err := d.write(func(tx *bolt.Tx) error {
-		b := buckets(tx)
+	err := d.write(func(b diskBuckets) error {
 		now := time.Now().UnixMilli()
 		k := []byte(key)
 		if s, ok := b.get(k, now); ok {
@@ -623,12 +743,14 @@ func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 			return err
 		}
 		won = true
-		b.deleteAll(k) // an expired record
+		if err := b.deleteAll(k); err != nil { // an expired record
+			return err
+		}
 		a := codec.Async{State: dedup.Queued, Accepted: now, At: now}
 		if err := b.requests.Put(k, payload); err != nil {
 			return err
 		}
-		return b.putAsync(k, codec.Async{}, a, 0)
+		return b.putAsync(k, req.Route, codec.Async{}, a, 0)
 	})
 	if err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
@@ -636,16 +758,15 @@ func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	return won, rec, nil
 }
 
-// Take hands out at most n due deliveries, each leased for lease.
-func (d *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
+// Take hands out at most n due deliveries of lane, each leased for lease.
+func (d *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
 	if take, err := storeop.CheckTake(ctx, n, lease); !take {
 		return nil, err
 	}
 	// Workers poll: an empty poll reads, and commits nothing.
 	var due bool
 	err := d.view(func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bucketDue).Cursor().First()
-		due = k != nil && int64(binary.BigEndian.Uint64(k)) <= time.Now().UnixMilli()
+		due = len(buckets(tx).dueIn(lane, time.Now().UnixMilli(), 1)) > 0
 		return nil
 	})
 	if err != nil {
@@ -655,55 +776,17 @@ func (d *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.D
 		return nil, nil
 	}
 	var out []dedup.Delivery
-	err = d.write(func(tx *bolt.Tx) error {
+	err = d.write(func(b diskBuckets) error {
 		out = out[:0]
-		b := buckets(tx)
 		now := time.Now()
-		ms := now.UnixMilli()
-		var keys [][]byte
-		c := b.due.Cursor()
-		for k, _ := c.First(); k != nil && len(keys) < n; k, _ = c.Next() {
-			if int64(binary.BigEndian.Uint64(k)) > ms {
-				break
-			}
-			keys = append(keys, bytes.Clone(k))
-		}
-		for _, idx := range keys {
-			key := idx[8:]
-			s, ok := b.get(key, ms)
-			a, err := codec.DecodeAsync(s.value)
-			if !ok || err != nil || (a.State != dedup.Queued && a.State != dedup.Delivering) {
-				// An entry its record no longer points to: drop it
-				// rather than stall the queue on it.
-				_ = b.due.Delete(idx)
-				continue
-			}
-			req, err := codec.DecodeRequest(b.requests.Get(key))
+		for _, e := range b.dueIn(lane, now.UnixMilli(), n) {
+			dl, ok, err := b.take(e, now, lease)
 			if err != nil {
-				// Never deliverable: dead-letter it rather than stall
-				// every Take on it.
-				failed := a
-				failed.State, failed.At, failed.LastStatus = dedup.Failed, ms, 0
-				failed.LastError = "the stored request cannot be read: " + err.Error()
-				if err := b.putAsync(key, a, failed, now.Add(storeop.UnreadableKeep).UnixMilli()); err != nil {
-					return err
-				}
-				continue
-			}
-			next := a
-			next.State = dedup.Delivering
-			next.Token = codec.NewToken()
-			next.Attempts++
-			next.At = now.Add(lease).UnixMilli()
-			if err := b.putAsync(key, a, next, 0); err != nil {
 				return err
 			}
-			out = append(out, dedup.Delivery{
-				Claim:      dedup.Claim{Key: string(key), Token: hex.EncodeToString(next.Token[:])},
-				Request:    req,
-				Attempt:    next.Attempts,
-				AcceptedAt: time.UnixMilli(a.Accepted),
-			})
+			if ok {
+				out = append(out, dl)
+			}
 		}
 		return nil
 	})
@@ -711,6 +794,80 @@ func (d *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.D
 		return nil, fmt.Errorf("dedup: take: %w", err)
 	}
 	return out, nil
+}
+
+// take leases e's event to its taker for lease from now, and reports
+// whether it did: not when e is no longer its record's entry (it is
+// dropped, rather than stall the lane on it), nor when the event's
+// request cannot be read (it is dead-lettered, rather than stall every
+// Take on it).
+func (b diskBuckets) take(e dueEntry, now time.Time, lease time.Duration) (dedup.Delivery, bool, error) {
+	ms := now.UnixMilli()
+	a, ok := b.entryRecord(e, ms)
+	if !ok {
+		return dedup.Delivery{}, false, b.lanes.Bucket(laneName(e.route)).Delete(e.idx)
+	}
+	key := e.key()
+	req, err := codec.DecodeRequest(b.requests.Get(key))
+	if err != nil {
+		failed := a
+		failed.State, failed.At, failed.LastStatus = dedup.Failed, ms, 0
+		failed.LastError = "the stored request cannot be read: " + err.Error()
+		return dedup.Delivery{}, false, b.putAsync(key, e.route, a, failed, now.Add(storeop.UnreadableKeep).UnixMilli())
+	}
+	next := a
+	next.State = dedup.Delivering
+	next.Token = codec.NewToken()
+	next.Attempts++
+	next.At = now.Add(lease).UnixMilli()
+	if err := b.putAsync(key, e.route, a, next, 0); err != nil {
+		return dedup.Delivery{}, false, err
+	}
+	return dedup.Delivery{
+		Claim:      dedup.Claim{Key: string(key), Token: hex.EncodeToString(next.Token[:])},
+		Request:    req,
+		Attempt:    next.Attempts,
+		AcceptedAt: time.UnixMilli(a.Accepted),
+	}, true, nil
+}
+
+// Extend renews dl's lease for lease from now, if dl still holds its
+// event.
+func (d *Store) Extend(ctx context.Context, dl dedup.Delivery, lease time.Duration) error {
+	tok, err := storeop.CheckExtend(ctx, dl, lease)
+	if err != nil {
+		return err
+	}
+	err = d.write(func(b diskBuckets) error {
+		now := time.Now()
+		key := []byte(dl.Claim.Key)
+		a, ok := b.heldBy(key, tok, now.UnixMilli())
+		if !ok {
+			return dedup.ErrNotOwner
+		}
+		next := a
+		next.At = now.Add(lease).UnixMilli()
+		return b.putAsync(key, b.routeOf(key), a, next, 0)
+	})
+	if err != nil {
+		return fmt.Errorf("dedup: extend %s: %w", dl.Claim.Key, err)
+	}
+	return nil
+}
+
+// heldBy is key's record if tok holds its delivery: taken with tok, and
+// neither taken over, settled nor forgotten since (its lease may have run
+// out, but while no one took it over the delivery is still tok's).
+func (b diskBuckets) heldBy(key []byte, tok [codec.TokenLen]byte, now int64) (codec.Async, bool) {
+	s, ok := b.get(key, now)
+	if !ok {
+		return codec.Async{}, false
+	}
+	a, err := codec.DecodeAsync(s.value)
+	if err != nil || a.State != dedup.Delivering || a.Token != tok {
+		return codec.Async{}, false
+	}
+	return a, true
 }
 
 // settle ends dl's attempt, if dl still holds its event: the record drops
@@ -724,8 +881,7 @@ func (d *Store) settle(ctx context.Context, op string, dl dedup.Delivery, status
 	if err != nil {
 		return err
 	}
-	err = d.write(func(tx *bolt.Tx) error {
-		b := buckets(tx)
+	err = d.write(func(b diskBuckets) error {
 		now := time.Now()
 		key := []byte(dl.Claim.Key)
 		s, ok := b.get(key, now.UnixMilli())
@@ -747,10 +903,13 @@ func (d *Store) settle(ctx context.Context, op string, dl dedup.Delivery, status
 		}
 		next.LastStatus, next.LastError = status, reason
 		expires := change(&next, now)
+		route := b.routeOf(key) // before a completion drops the request
 		if next.State == dedup.Completed {
-			_ = b.requests.Delete(key)
+			if err := b.requests.Delete(key); err != nil {
+				return err
+			}
 		}
-		return b.putAsync(key, a, next, expires)
+		return b.putAsync(key, route, a, next, expires)
 	})
 	if err != nil {
 		return fmt.Errorf("dedup: %s %s: %w", op, dl.Claim.Key, err)
@@ -795,8 +954,7 @@ func (d *Store) Requeue(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: requeue %s: %w", key, err)
 	}
-	err := d.write(func(tx *bolt.Tx) error {
-		b := buckets(tx)
+	err := d.write(func(b diskBuckets) error {
 		now := time.Now().UnixMilli()
 		k := []byte(key)
 		s, ok := b.get(k, now)
@@ -808,7 +966,7 @@ func (d *Store) Requeue(ctx context.Context, key string) error {
 			return dedup.ErrNotFailed
 		}
 		next := codec.Async{State: dedup.Queued, Accepted: now, At: now}
-		return b.putAsync(k, a, next, 0)
+		return b.putAsync(k, b.routeOf(k), a, next, 0)
 	})
 	if err != nil {
 		return fmt.Errorf("dedup: requeue %s: %w", key, err)
@@ -875,49 +1033,13 @@ func (d *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 }
 
 // Stats reports the queue's depth, its oldest event's age and the number
-// of dead letters, reading the whole queue: fine for the one replica the
-// embedded store serves.
+// of dead letters, from the counts kept in memory (queueCounts): it costs
+// the same whatever the backlog, and does not touch the file.
 func (d *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
 	}
-	var st dedup.QueueStats
-	err := d.view(func(tx *bolt.Tx) error {
-		b := buckets(tx)
-		now := time.Now().UnixMilli()
-		oldest := int64(0)
-		c := b.due.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			s, ok := b.get(k[8:], now)
-			if !ok {
-				continue
-			}
-			a, err := codec.DecodeAsync(s.value)
-			if err != nil {
-				return err
-			}
-			if oldest == 0 || a.Accepted < oldest {
-				oldest = a.Accepted
-			}
-			if a.State != dedup.Delivering || a.At <= now { // not held, its lease running
-				st.Depth++
-			}
-		}
-		if oldest != 0 {
-			st.OldestAge = max(0, time.Duration(now-oldest)*time.Millisecond)
-		}
-		c = b.dead.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			if _, ok := b.get(k[8:], now); ok {
-				st.DeadLetters++
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
-	}
-	return st, nil
+	return d.counts.stats(time.Now()), nil
 }
 
 // count is the number of keys in bucket, for tests.
