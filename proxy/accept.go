@@ -41,6 +41,14 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 	// (the store bounds each call): a sender's hang-up never cuts it off
 	// halfway. Queued, the event is delivered, and the sender's retry is a
 	// duplicate.
+	if h.enqueues != nil {
+		select {
+		case h.enqueues <- struct{}{}:
+			defer func() { <-h.enqueues }()
+		case <-r.Context().Done():
+			return h.senderGone(w, wh, r.Context().Err())
+		}
+	}
 	start := time.Now()
 	queued, rec, err := h.cfg.Queue.Enqueue(h.storeCtx(wh), wh.key, req)
 	h.m.observeStore(opEnqueue, start, err)

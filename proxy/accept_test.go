@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -287,5 +288,51 @@ func TestAsyncQueueFull(t *testing.T) {
 	full.Store(false)
 	if resp := f.post(t, "/hooks", map[string]string{"X-Id": "new"}, "{}"); resp.StatusCode != http.StatusAccepted {
 		t.Errorf("the refused event once the queue has room: %d, want 202", resp.StatusCode)
+	}
+}
+
+// heldEnqueues is a queue whose Enqueue waits until the test lets go,
+// counting how many wait at once.
+type heldEnqueues struct {
+	*queueStore
+	release chan struct{}
+	inside  atomic.Int32
+	most    atomic.Int32
+}
+
+func (q *heldEnqueues) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+	n := q.inside.Add(1)
+	defer q.inside.Add(-1)
+	for m := q.most.Load(); n > m && !q.most.CompareAndSwap(m, n); m = q.most.Load() {
+	}
+	<-q.release
+	return q.queueStore.Enqueue(ctx, key, req)
+}
+
+// TestAsyncEnqueueConcurrency: no more enqueues run at once than
+// EnqueueConcurrency; the others wait their turn, and every one is then
+// queued.
+func TestAsyncEnqueueConcurrency(t *testing.T) {
+	q := &heldEnqueues{queueStore: newQueueStore(t), release: make(chan struct{})}
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q, EnqueueConcurrency: 2})
+	answers := make([]<-chan *http.Response, 6)
+	for i := range answers {
+		answers[i] = f.postAsync(t, "/hooks", map[string]string{"X-Id": fmt.Sprint("e", i)}, "{}")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for q.inside.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d enqueues under way, want 2", q.inside.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(q.release)
+	for i, ch := range answers {
+		if resp := <-ch; resp.StatusCode != http.StatusAccepted {
+			t.Errorf("webhook %d: %d, want 202", i, resp.StatusCode)
+		}
+	}
+	if m := q.most.Load(); m != 2 {
+		t.Errorf("at most %d enqueues at once, want EnqueueConcurrency's 2", m)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -153,5 +154,44 @@ func TestAsyncQueueFull(t *testing.T) {
 			t.Fatalf("once the queue drained, the refused event got %s, want 202", a)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAsyncDeliveryDuringIntake: 200 senders at once, as fast as the proxy
+// answers, do not starve the delivery workers: the app keeps receiving
+// events while they send (before: 5% of what was accepted, all of it
+// delivered only after the senders stopped; now about a third, the
+// enqueues taking turns with the deliveries). The bar is low, for a
+// loaded machine.
+func TestAsyncDeliveryDuringIntake(t *testing.T) {
+	t.Parallel()
+	app := newScriptedApp(t, nil)
+	px := startProxy(t, asyncEnv(app.URL, diskStore.env(t)))
+	ctx, client := testContext(t), newClient(t)
+	var accepted, next atomic.Int64
+	const senders, lasting = 200, 3 * time.Second
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < lasting {
+				a, err := acme.send(ctx, client, px.Addr, acme.Event(int(next.Add(1))))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if a.Status == 202 {
+					accepted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	delivered := app.total()
+	t.Logf("200 senders for %s: %d accepted, %d delivered meanwhile (%.0f%%)", lasting, accepted.Load(), delivered, 100*float64(delivered)/float64(accepted.Load()))
+	if float64(delivered) < 0.15*float64(accepted.Load()) {
+		t.Errorf("%d of %d accepted events delivered while the senders sent, want at least 15%%", delivered, accepted.Load())
 	}
 }
