@@ -198,7 +198,7 @@ func TestRedisOwner(t *testing.T) {
 	if _, _, err := b.Enqueue(ctx, "shared:stripe:evt_3", storetest.Request); !errors.Is(err, dedup.ErrPrefixOwned) {
 		t.Errorf("another app's enqueue = %v, want ErrPrefixOwned", err)
 	}
-	if _, err := b.Take(ctx, 1, storetest.Lease); !errors.Is(err, dedup.ErrPrefixOwned) {
+	if _, err := b.Take(ctx, dedup.AllRoutes, 1, storetest.Lease); !errors.Is(err, dedup.ErrPrefixOwned) {
 		t.Errorf("another app's take = %v, want ErrPrefixOwned", err)
 	}
 }

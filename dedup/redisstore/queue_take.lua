@@ -1,60 +1,148 @@
--- Hands out at most ARGV[3] due deliveries, leased for ARGV[4] ms to the
--- consumer ARGV[2] of the group ARGV[1]. KEYS[1] is the stream, KEYS[2]
--- the retries not yet due, KEYS[3] where XAUTOCLAIM's cursor is kept.
--- ARGV[5] is the hash tag every event key is named under, ARGV[6..] one
--- fresh token per delivery. Returns {key, entry ID, token, attempt,
--- accepted ms, request} for each delivery.
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- Hands out at most ARGV[3] due deliveries of one lane, leased for
+-- ARGV[4] ms to the consumer ARGV[2] of the group ARGV[1]. KEYS[1] is the
+-- empty route's stream (the previous version's only one), KEYS[2] the set
+-- of the other routes that have a stream. ARGV[5] is the hash tag every
+-- key is named under. The lane: ARGV[6] 'route', with ARGV[7] its route;
+-- or 'rest', with ARGV[7] where to start the round of its routes. Then
+-- ARGV[8] the number E of routes the rest lane leaves out and those
+-- routes; then one fresh token per delivery. Returns
+-- {{key, entry ID, token, attempt, accepted ms, request}..., gone}, gone 1
+-- when a consumer group Take needs is missing (Redis lost the queue).
+local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local tag = ARGV[5]
+local now = now_ms()
+local gone = 0
 
--- Retries whose time has come go back onto the stream.
-for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, n)) do
-  redis.call('ZREM', KEYS[2], k)
-  local a = tag .. k
-  if redis.call('HGET', a, 's') == '3' then
-    redis.call('HSET', a, 'e', redis.call('XADD', KEYS[1], '*', 'k', k))
+-- The empty route's group exists from the first Take on: only a Redis
+-- that lost data (or a hand that deleted it) can be without it.
+local anchored = false
+local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+if type(groups) == 'table' and not groups.err then
+  for _, g in ipairs(groups) do
+    for i = 1, #g, 2 do
+      if g[i] == 'name' and g[i + 1] == group then anchored = true end
+    end
   end
 end
+if not anchored then gone = 1 end
 
-local entries = {}
--- Deliveries whose holder went quiet for a lease: taken over. The cursor
--- walks the pending list across calls, so a long one is covered in turn.
-local cursor = redis.call('GET', KEYS[3]) or '0-0'
-local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], lease, cursor, 'COUNT', n)
-if claimed[1] ~= cursor then
-  redis.call('SET', KEYS[3], claimed[1])
-end
-for _, e in ipairs(claimed[2]) do
-  if e then table.insert(entries, e) end
-end
--- Then entries no one was given yet.
-if #entries < n then
-  local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n - #entries, 'STREAMS', KEYS[1], '>')
-  if r then
-    for _, e in ipairs(r[1][2]) do table.insert(entries, e) end
+-- The lane's routes. A route other than the empty one has a stream only
+-- while it is in the set.
+local routes = {}
+local e = tonumber(ARGV[8])
+if ARGV[6] == 'route' then
+  routes = {ARGV[7]}
+else
+  local except = {}
+  for i = 1, e do except[ARGV[8 + i]] = true end
+  local all = redis.call('SMEMBERS', KEYS[2])
+  -- Sorted, so that the round's start moves along one order.
+  table.sort(all)
+  if not except[''] then table.insert(routes, '') end
+  for _, r in ipairs(all) do
+    if not except[r] then table.insert(routes, r) end
   end
+  -- Each rest Take starts its round one route further, so that a route
+  -- with much due does not always go first.
+  local start = #routes > 0 and tonumber(ARGV[7]) % #routes or 0
+  local turned = {}
+  for i = 1, #routes do turned[i] = routes[(start + i - 1) % #routes + 1] end
+  routes = turned
 end
+local function present(r)
+  if r == '' then return anchored end
+  -- The rest lane's routes come from the set.
+  return ARGV[6] == 'rest' or redis.call('SISMEMBER', KEYS[2], r) == 1
+end
+local fresh = 9 + e
 
 local out = {}
-for _, e in ipairs(entries) do
-  local id, fields = e[1], e[2]
-  local k = fields and fields[2]
-  local st = k and redis.call('HMGET', tag .. k, 's', 'e', 'a', 't', 'n')
-  if not st or (st[1] ~= '3' and st[1] ~= '4') or st[2] ~= id then
-    -- An entry its record no longer points to (forgotten, settled,
-    -- queued again under a new entry): drop it, so the pending list
-    -- and the stream hold only live deliveries.
-    redis.call('XACK', KEYS[1], ARGV[1], id)
-    redis.call('XDEL', KEYS[1], id)
-  elseif st[1] == '3' or tonumber(st[5]) <= now then
-    local attempt = tonumber(st[3]) + 1
-    local tok = ARGV[6 + #out]
-    redis.call('HSET', tag .. k, 's', 4, 'a', attempt, 'k', tok, 'n', now + lease)
-    table.insert(out, {k, id, tok, attempt, st[4], redis.call('GET', tag .. '#req:' .. k) or ''})
-  end
-  -- Else a holder with a longer lease than this caller's still has it.
+local function hand_out(k, id, tok, attempt, accepted)
+  table.insert(out, {k, id, tok, attempt, accepted, redis.call('GET', tag .. '#req:' .. k) or ''})
 end
-return out
+
+for _, r in ipairs(routes) do
+  if #out >= n then break end
+  if present(r) then
+    local stream, retry, cursor_key = lane_key(tag, 'stream', r), lane_key(tag, 'retry', r), lane_key(tag, 'cursor', r)
+    local want = n - #out
+
+    -- Retries whose time has come go back onto their route's stream.
+    for _, k in ipairs(redis.call('ZRANGEBYSCORE', retry, '-inf', now, 'LIMIT', 0, want)) do
+      redis.call('ZREM', retry, k)
+      local a = tag .. k
+      local st = redis.call('HMGET', a, 's', 'rt')
+      if st[1] == '3' then
+        redis.call('HSET', a, 'e', add_entry(tag, group, k, st[2] or ''))
+      end
+    end
+
+    local entries = {}
+    -- Deliveries whose holder went quiet for a lease: taken over. The
+    -- cursor walks the pending list across calls, so a long one is
+    -- covered in turn. An error here (no group) writes nothing.
+    local cursor = redis.call('GET', cursor_key) or '0-0'
+    local claimed = redis.pcall('XAUTOCLAIM', stream, group, consumer, lease, cursor, 'COUNT', want)
+    local failed = type(claimed) ~= 'table' or claimed.err
+    if failed then
+      gone = 1
+    else
+      if claimed[1] ~= cursor then
+        redis.call('SET', cursor_key, claimed[1])
+      end
+      for _, en in ipairs(claimed[2]) do
+        if en then table.insert(entries, en) end
+      end
+      -- Then entries no one was given yet.
+      if #entries < want then
+        local got = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want - #entries, 'STREAMS', stream, '>')
+        if got then
+          for _, en in ipairs(got[1][2]) do table.insert(entries, en) end
+        end
+      end
+    end
+
+    for _, en in ipairs(entries) do
+      local id, fields = en[1], en[2]
+      local k = fields and fields[2]
+      local a = k and tag .. k
+      local st = k and redis.call('HMGET', a, 's', 'e', 'a', 't', 'n', 'rt')
+      if not st or (st[1] ~= '3' and st[1] ~= '4') or st[2] ~= id then
+        -- An entry its record no longer points to (forgotten, settled,
+        -- queued again under a new entry): drop it, so the pending list
+        -- and the stream hold only live deliveries.
+        redis.call('XACK', stream, group, id)
+        redis.call('XDEL', stream, id)
+      elseif st[1] == '4' and tonumber(st[5]) > now then
+        -- A holder with a longer lease than this caller's still has it.
+      elseif (st[6] or '') ~= r then
+        -- Another route's event on this stream: put back there by a
+        -- process of the previous version, which knows one stream only.
+        -- It moves to its own lane (its lease, if any, over: as a
+        -- takeover would, the move ends its holder's claim).
+        redis.call('XACK', stream, group, id)
+        redis.call('XDEL', stream, id)
+        redis.call('HDEL', a, 'k')
+        redis.call('HSET', a, 's', 3, 'e', add_entry(tag, group, k, st[6] or ''))
+      else
+        local attempt = tonumber(st[3]) + 1
+        local tok = ARGV[fresh]
+        fresh = fresh + 1
+        redis.call('HSET', a, 's', 4, 'a', attempt, 'k', tok, 'n', now + lease)
+        hand_out(k, id, tok, attempt, st[4])
+      end
+    end
+
+    -- A route of the rest lane with nothing left (no longer configured,
+    -- or not yet given a lane) leaves the set, its keys deleted, so that
+    -- the rest lane's round does not grow with every route ever used.
+    -- Its next event creates them again (add_entry).
+    if r ~= '' and ARGV[6] == 'rest' and not failed and redis.call('XLEN', stream) == 0 and redis.call('ZCARD', retry) == 0 then
+      redis.call('DEL', stream, retry, cursor_key)
+      redis.call('SREM', KEYS[2], r)
+    end
+  end
+end
+return {out, gone}

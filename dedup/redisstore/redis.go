@@ -86,6 +86,8 @@ type Store struct {
 	// groupSeen is set once a Take found the consumer group: its loss
 	// after that means Redis lost data.
 	groupSeen atomic.Bool
+	// turns moves the start of each rest-lane Take's round of routes.
+	turns atomic.Uint64
 	// lastPrune is when this process last pruned the group's consumers
 	// (unix ns).
 	lastPrune atomic.Int64
@@ -317,7 +319,7 @@ func (s *Store) Forget(ctx context.Context, key string) (bool, error) {
 	if old != asyncMarker {
 		return true, nil
 	}
-	n, err := queueForgetScript.Run(octx, s.scripts, s.queue.settleKeys(key), queueGroup, key).Int64()
+	n, err := queueForgetScript.Run(octx, s.scripts, s.queue.settleKeys(key), queueGroup, key, s.queue.tag).Int64()
 	if err != nil {
 		return false, fmt.Errorf("dedup: forget %s: %w", key, err)
 	}

@@ -361,12 +361,17 @@ func (s prefixed) Enqueue(ctx context.Context, key string, req dedup.Request) (b
 	return s.Store.Enqueue(ctx, s.p+key, req)
 }
 
-func (s prefixed) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
-	ds, err := s.Store.Take(ctx, n, lease)
+func (s prefixed) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	ds, err := s.Store.Take(ctx, lane, n, lease)
 	for i := range ds {
 		ds[i].Claim.Key = strings.TrimPrefix(ds[i].Claim.Key, s.p)
 	}
 	return ds, err
+}
+
+func (s prefixed) Extend(ctx context.Context, d dedup.Delivery, lease time.Duration) error {
+	d.Claim.Key = s.p + d.Claim.Key
+	return s.Store.Extend(ctx, d, lease)
 }
 
 func (s prefixed) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {

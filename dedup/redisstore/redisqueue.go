@@ -15,7 +15,6 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/storeop"
-	"go.uber.org/zap"
 )
 
 // The async queue on Redis.
@@ -27,17 +26,29 @@ import (
 // (default {webhook-dedup:}):
 //
 //	{p}K              the async event's record, a hash (K is its sync key,
-//	                  dedup.EventKey, prefix included)
+//	                  dedup.EventKey, prefix included); its field rt is
+//	                  the route it was accepted on (none: the empty route)
 //	{p}#req:K         its request (encodeRequest), until it is delivered
-//	{p}#stream        the stream of events to deliver, read by the consumer
-//	                  group "webhook-dedup" that every replica shares
-//	{p}#retry         sorted set: events waiting for a retry, by when due
+//	{p}#stream:R      the stream of route R's events to deliver, read by
+//	                  the consumer group "webhook-dedup" that every replica
+//	                  shares: each route is a lane of its own (dedup.Lane)
+//	{p}#retry:R       sorted set: route R's events waiting for a retry, by
+//	                  when due
+//	{p}#cursor:R      where XAUTOCLAIM's walk of R's pending list is
+//	{p}#stream, {p}#retry, {p}#cursor
+//	                  the same for the empty route: the names the previous
+//	                  version gave its one queue, so what it queued is
+//	                  delivered as the empty route's (and moves to its
+//	                  request's route at its first retry)
+//	{p}#routes        set: the routes other than the empty one that have a
+//	                  stream (the rest lane's, and Stats')
 //	{p}#open          sorted set: events accepted and not settled, by when
 //	                  accepted (queue depth and oldest age)
 //	{p}#dead          sorted set: dead letters, by when they expire
-//	{p}#cursor        where XAUTOCLAIM's walk of the pending list is
 //
-// ('#' never occurs in a namespace, so "#..." never names an event.)
+// ('#' never occurs in a namespace, so "#..." never names an event.) The
+// scripts name a route's keys themselves (queue_lib.lua), as they name
+// the records: all are in the slot of {p}.
 //
 // The trade-off: the whole async queue, and every async event's record, is
 // one slot, so on a cluster one master holds and serves all of it, while
@@ -53,10 +64,14 @@ import (
 // without its record (a crash between the two steps) is seen as such and
 // cleared by the next claim.
 var (
+	//go:embed queue_lib.lua
+	queueLibLua string
 	//go:embed queue_enqueue.lua
 	queueEnqueueLua string
 	//go:embed queue_take.lua
 	queueTakeLua string
+	//go:embed queue_extend.lua
+	queueExtendLua string
 	//go:embed queue_settle.lua
 	queueSettleLua string
 	//go:embed queue_requeue.lua
@@ -80,27 +95,33 @@ var (
 	//go:embed marker_expire.lua
 	markerExpireLua string
 
-	queueEnqueueScript = redis.NewScript(queueEnqueueLua)
-	queueTakeScript    = redis.NewScript(queueTakeLua)
-	queueSettleScript  = redis.NewScript(queueSettleLua)
-	queueRequeueScript = redis.NewScript(queueRequeueLua)
-	queueForgetScript  = redis.NewScript(queueForgetLua)
-	queueUndoScript    = redis.NewScript(queueUndoLua)
+	queueEnqueueScript = queueScript(queueEnqueueLua)
+	queueTakeScript    = queueScript(queueTakeLua)
+	queueExtendScript  = queueScript(queueExtendLua)
+	queueSettleScript  = queueScript(queueSettleLua)
+	queueRequeueScript = queueScript(queueRequeueLua)
+	queueForgetScript  = queueScript(queueForgetLua)
+	queueUndoScript    = queueScript(queueUndoLua)
 	queueLookupScript  = redis.NewScript(queueLookupLua)
-	queueStatsScript   = redis.NewScript(queueStatsLua)
+	queueStatsScript   = queueScript(queueStatsLua)
 	queueDeadScript    = redis.NewScript(queueDeadLua)
-	queueRecoverScript = redis.NewScript(queueRecoverLua)
-	queuePruneScript   = redis.NewScript(queuePruneLua)
+	queueRecoverScript = queueScript(queueRecoverLua)
+	queuePruneScript   = queueScript(queuePruneLua)
 	markerScript       = redis.NewScript(markerLua)
 	markerExpireScript = redis.NewScript(markerExpireLua)
 )
+
+// queueScript is a queue script with queue_lib.lua before it: Redis
+// scripts cannot share functions (before Redis 7's functions), and each
+// needs the lanes' key names.
+func queueScript(body string) *redis.Script { return redis.NewScript(queueLibLua + body) }
 
 // asyncMarker is what an async event's sync key holds: the async tag alone,
 // which no sync record starts with (release.lua's prefix check of it then
 // matches the marker only).
 const asyncMarker = string(rune(codec.TagAsync))
 
-// queueGroup is the consumer group every replica reads the stream with.
+// queueGroup is the consumer group every replica reads the streams with.
 const queueGroup = "webhook-dedup"
 
 // defaultQueueTag names the queue when the key prefix is empty ("{}" is
@@ -109,7 +130,7 @@ const defaultQueueTag = "{webhook-dedup}"
 
 // queueKeys are the names of one queue's keys.
 type queueKeys struct {
-	tag, stream, retry, open, dead, cursor string
+	tag, routes, open, dead string
 }
 
 func newQueueKeys(prefix string) queueKeys {
@@ -119,22 +140,37 @@ func newQueueKeys(prefix string) queueKeys {
 	}
 	return queueKeys{
 		tag:    tag,
-		stream: tag + "#stream",
-		retry:  tag + "#retry",
+		routes: tag + "#routes",
 		open:   tag + "#open",
 		dead:   tag + "#dead",
-		cursor: tag + "#cursor",
 	}
 }
 
 func (q queueKeys) record(key string) string  { return q.tag + key }
 func (q queueKeys) request(key string) string { return q.tag + "#req:" + key }
 
+// stream, retry and cursor name route's keys, as lane_key in
+// queue_lib.lua does.
+func (q queueKeys) stream(route string) string { return q.laneKey("stream", route) }
+func (q queueKeys) retry(route string) string  { return q.laneKey("retry", route) }
+func (q queueKeys) cursor(route string) string { return q.laneKey("cursor", route) }
+
+func (q queueKeys) laneKey(kind, route string) string {
+	if route == "" {
+		return q.tag + "#" + kind
+	}
+	return q.tag + "#" + kind + ":" + route
+}
+
 // settleKeys are the KEYS of queue_settle.lua, queue_requeue.lua,
 // queue_forget.lua and queue_undo.lua.
 func (q queueKeys) settleKeys(key string) []string {
-	return []string{q.record(key), q.request(key), q.stream, q.open, q.retry, q.dead}
+	return []string{q.record(key), q.request(key), q.open, q.dead}
 }
+
+// laneKeys are the KEYS of the scripts that go through every lane: the
+// empty route's stream and the set of the other routes.
+func (q queueKeys) laneKeys() []string { return []string{q.stream(""), q.routes} }
 
 // consumerName names this process in the consumer group: host, process ID
 // and a random suffix, so that no two processes (nor one restarted) share
@@ -183,10 +219,10 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	qtok := hex.EncodeToString(tok[:])
 	payload := codec.EncodeRequest(req)
 	var answer any
-	err = s.onMaster(ctx, s.queue.stream, func(c redis.Scripter, replicate func() error) error {
+	err = s.onMaster(ctx, s.queue.open, func(c redis.Scripter, replicate func() error) error {
 		var err error
-		answer, err = queueEnqueueScript.Run(ctx, c, []string{s.queue.record(key), s.queue.request(key), s.queue.stream, s.queue.open},
-			key, payload, qtok).Result()
+		answer, err = queueEnqueueScript.Run(ctx, c, []string{s.queue.record(key), s.queue.request(key), s.queue.open},
+			key, payload, qtok, req.Route, s.queue.tag, queueGroup).Result()
 		if err != nil {
 			return err
 		}
@@ -195,7 +231,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 		}
 		if err := s.replicateQueued(ctx, c, replicate); err != nil {
 			// Take it back: a 503 must leave nothing queued.
-			_ = queueUndoScript.Run(ctx, c, s.queue.settleKeys(key), queueGroup, key, qtok).Err()
+			_ = queueUndoScript.Run(ctx, c, s.queue.settleKeys(key), queueGroup, key, qtok, s.queue.tag).Err()
 			_ = s.clearMarker(ctx, key)
 			return err
 		}
@@ -251,115 +287,6 @@ func (s *Store) waitAOF(ctx context.Context) bool {
 	return s.aof
 }
 
-// Take hands out at most n due deliveries in one script: retries whose
-// time has come go back onto the stream, XAUTOCLAIM takes over entries
-// whose holder has not settled them for lease, and XREADGROUP reads new
-// ones. Every replica passes the same lease (LEASE_TTL): a delivery is
-// taken over once it has been held that long.
-func (s *Store) Take(ctx context.Context, n int, lease time.Duration) ([]dedup.Delivery, error) {
-	if take, err := storeop.CheckTake(ctx, n, lease); !take {
-		return nil, err
-	}
-	if err := s.owner.Checked(ctx); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	args := []any{queueGroup, s.consumer, n, storeop.Millis(lease), s.queue.tag}
-	for range n {
-		tok := codec.NewToken()
-		args = append(args, hex.EncodeToString(tok[:]))
-	}
-	keys := []string{s.queue.stream, s.queue.retry, s.queue.cursor}
-	v, err := queueTakeScript.Run(ctx, s.scripts, keys, args...).Slice()
-	if err != nil && strings.Contains(err.Error(), "NOGROUP") {
-		if err = s.recreateGroup(ctx); err == nil {
-			v, err = queueTakeScript.Run(ctx, s.scripts, keys, args...).Slice()
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
-	s.groupSeen.Store(true)
-	s.maybePrune(ctx)
-	out := make([]dedup.Delivery, 0, len(v))
-	for _, item := range v {
-		f, ok := item.([]any)
-		if !ok || len(f) != 6 {
-			return nil, fmt.Errorf("dedup: take: %w: script answered %T", codec.ErrBadRecord, item)
-		}
-		key, _ := f[0].(string)
-		tok, _ := f[2].(string)
-		attempt, _ := f[3].(int64)
-		accepted, _ := strconv.ParseInt(str(f[4]), 10, 64)
-		payload, _ := f[5].(string)
-		d := dedup.Delivery{Claim: dedup.Claim{Key: key, Token: tok}, Attempt: int(attempt), AcceptedAt: time.UnixMilli(accepted)}
-		req, err := codec.DecodeRequest([]byte(payload))
-		if err != nil {
-			// Never deliverable: dead-letter it rather than hand it
-			// out again after every lease.
-			_ = s.Fail(ctx, d, 0, "the stored request cannot be read: "+err.Error(), storeop.UnreadableKeep)
-			continue
-		}
-		d.Request = req
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// Consumers of processes gone are deleted from the group by a Take, at
-// most once per pruneEvery per process, once idle for consumerIdle with
-// nothing pending. A live consumer polls all the time, and one deleted
-// anyway is created again by its next read.
-const (
-	pruneEvery   = time.Hour
-	consumerIdle = 24 * time.Hour
-)
-
-// maybePrune deletes the group's dead consumers if it is time. It is best
-// effort: a failure only leaves them listed until the next time.
-func (s *Store) maybePrune(ctx context.Context) {
-	now := time.Now().UnixNano()
-	last := s.lastPrune.Load()
-	if now-last < int64(pruneEvery) || !s.lastPrune.CompareAndSwap(last, now) {
-		return
-	}
-	_, _ = s.pruneConsumers(ctx, consumerIdle)
-}
-
-// pruneConsumers deletes the consumers idle for idle with nothing pending,
-// and says how many.
-func (s *Store) pruneConsumers(ctx context.Context, idle time.Duration) (int64, error) {
-	return queuePruneScript.Run(ctx, s.scripts, []string{s.queue.stream}, queueGroup, idle.Milliseconds(), s.consumer).Int64()
-}
-
-// recreateGroup creates the consumer group (and the stream) when it is
-// missing: on a new Redis, or one that lost its data (restarted without
-// persistence, failed over to a replica that had not received the group,
-// or flushed). Events still listed as open are queued again; the log says
-// what happened.
-func (s *Store) recreateGroup(ctx context.Context) error {
-	err := s.client.Do(ctx, "XGROUP", "CREATE", s.queue.stream, queueGroup, "0", "MKSTREAM").Err()
-	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("create the consumer group: %w", err)
-	}
-	n, err := queueRecoverScript.Run(ctx, s.scripts, []string{s.queue.stream, s.queue.open, s.queue.retry}, s.queue.tag).Int64()
-	if err != nil {
-		return fmt.Errorf("queue the open events again: %w", err)
-	}
-	switch {
-	case s.groupSeen.Load() || n > 0:
-		s.log.Error("the async queue's consumer group was missing from Redis, which lost data this proxy had written "+
-			"(a restart without persistence, a failover to a replica that had not received it, or a flush); recreated it. "+
-			"Events accepted before and not yet delivered are lost unless their records survived; those that did are queued again",
-			zap.String("stream", s.queue.stream), zap.Int64("requeued", n))
-	default:
-		s.log.Info("created the async queue's consumer group (a new queue; had this Redis held one, it lost it)",
-			zap.String("stream", s.queue.stream))
-	}
-	return nil
-}
-
 // str is v as text: go-redis hands script strings as string and
 // numbers as int64.
 func str(v any) string {
@@ -381,7 +308,7 @@ func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, args ..
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	all := append([]any{queueGroup, key, d.Claim.Token, op}, args...)
+	all := append([]any{queueGroup, key, d.Claim.Token, s.queue.tag, op}, args...)
 	n, err := queueSettleScript.Run(ctx, s.scripts, s.queue.settleKeys(key), all...).Int64()
 	if err != nil {
 		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
@@ -418,7 +345,9 @@ func (s *Store) Retry(ctx context.Context, d dedup.Delivery, next time.Time, sta
 	if err := codec.CheckResult(dedup.Result{Status: status}); err != nil {
 		return fmt.Errorf("dedup: retry %s: %w", d.Claim.Key, err)
 	}
-	return s.settle(ctx, "retry", d, next.UnixMilli(), status, reason)
+	// The request's route: the lane of an event the previous version
+	// queued, whose record has none (queue_settle.lua).
+	return s.settle(ctx, "retry", d, next.UnixMilli(), status, reason, d.Request.Route)
 }
 
 // Fail dead-letters d's event, kept with its request for keep.
@@ -436,15 +365,15 @@ func (s *Store) Fail(ctx context.Context, d dedup.Delivery, status int, reason s
 	return nil
 }
 
-// Requeue puts a dead-lettered event back in the queue as a new first
-// attempt, accepted now (so RETRY_MAX_AGE counts afresh).
+// Requeue puts a dead-lettered event back in its route's lane as a new
+// first attempt, accepted now (so RETRY_MAX_AGE counts afresh).
 func (s *Store) Requeue(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dedup: requeue %s: %w", key, err)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	n, err := queueRequeueScript.Run(ctx, s.scripts, s.queue.settleKeys(key), key).Int64()
+	n, err := queueRequeueScript.Run(ctx, s.scripts, s.queue.settleKeys(key), key, s.queue.tag, queueGroup).Int64()
 	if err == nil && n == 0 {
 		// No async event: a sync record is not failed; nothing is unknown.
 		err = dedup.ErrNotFound
@@ -508,14 +437,14 @@ func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 }
 
 // Stats reports the queue's depth, its oldest event's age and the number
-// of dead letters, in one script.
+// of dead letters, in one script, across every route's lane.
 func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	v, err := queueStatsScript.Run(ctx, s.scripts, []string{s.queue.stream, s.queue.open, s.queue.dead}, queueGroup).Slice()
+	v, err := queueStatsScript.Run(ctx, s.scripts, append(s.queue.laneKeys(), s.queue.open, s.queue.dead), queueGroup, s.queue.tag).Slice()
 	if err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
 	}

@@ -35,32 +35,48 @@ func TestRedisQueueKeysShareASlot(t *testing.T) {
 		t.Errorf("record key %q, want %q", got, want)
 	}
 	slot := redistest.Slot("{webhook-dedup:}")
-	for _, k := range append(q.settleKeys(key), q.cursor) {
+	keys := append(q.settleKeys(key), q.laneKeys()...)
+	// A route's keys, whatever it is made of: a brace in it does not
+	// move them to another slot.
+	for _, route := range []string{"", "/webhooks/stripe", "/x{y}z"} {
+		keys = append(keys, q.stream(route), q.retry(route), q.cursor(route))
+	}
+	for _, k := range keys {
 		if redistest.Slot(k) != slot {
 			t.Errorf("%s is in slot %d, want %d", k, redistest.Slot(k), slot)
 		}
 	}
-	if redistest.Slot(newQueueKeys("").stream) != redistest.Slot("webhook-dedup") {
+	if got, want := q.stream(""), "{webhook-dedup:}#stream"; got != want {
+		t.Errorf("the empty route's stream is %q, want the previous version's %q", got, want)
+	}
+	if redistest.Slot(newQueueKeys("").stream("")) != redistest.Slot("webhook-dedup") {
 		t.Error("an empty prefix does not give the default tag")
 	}
 }
 
-// TestRedisQueueStaysBounded runs many events through every outcome and
-// checks that the stream, its pending list and the indexes end empty:
-// settled entries are deleted at once (XACK and XDEL), so the stream is
-// never trimmed, and a trim can never delete an entry still pending.
+// TestRedisQueueStaysBounded runs many events of several routes through
+// every outcome and checks that the streams, their pending lists and the
+// indexes end empty: settled entries are deleted at once (XACK and XDEL),
+// so a stream is never trimmed, and a trim can never delete an entry still
+// pending. The streams of routes left with nothing are deleted by the
+// next Take of the rest lane, and leave the set of routes.
 func TestRedisQueueStaysBounded(t *testing.T) {
 	srv := redistest.New(t)
 	s := openRedis(t, srv)
 	raw := rawClient(t, srv)
 	ctx := context.Background()
 	const n = 200
+	routes := []string{"/a", "/b", ""}
 	for i := range n {
-		storetest.MustEnqueue(t, s, fmt.Sprint("bounded:", i))
+		storetest.MustEnqueueOn(t, s, fmt.Sprint("bounded:", i), routes[i%len(routes)])
 	}
 	q := s.queue
-	if l := raw.XLen(ctx, q.stream).Val(); l != n {
-		t.Fatalf("XLEN = %d after %d enqueues", l, n)
+	queued := int64(0)
+	for _, r := range routes {
+		queued += raw.XLen(ctx, q.stream(r)).Val()
+	}
+	if queued != n {
+		t.Fatalf("the streams hold %d entries after %d enqueues", queued, n)
 	}
 	settled := 0
 	for round := 0; settled < n; round++ {
@@ -87,18 +103,28 @@ func TestRedisQueueStaysBounded(t *testing.T) {
 			}
 		}
 	}
-	pending, err := raw.XPending(ctx, q.stream, queueGroup).Result()
+	if ds := storetest.Take(t, s, 50, storetest.Lease); len(ds) != 0 {
+		t.Fatalf("Take after every event was settled = %d deliveries", len(ds))
+	}
+	pending, err := raw.XPending(ctx, q.stream(""), queueGroup).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, got := range map[string]int64{
-		"XLEN stream":   raw.XLen(ctx, q.stream).Val(),
-		"XPENDING":      pending.Count,
-		"ZCARD retry":   raw.ZCard(ctx, q.retry).Val(),
-		"ZCARD open":    raw.ZCard(ctx, q.open).Val(),
-		"request keys":  int64(len(raw.Keys(ctx, q.tag+"#req:*").Val())) - raw.ZCard(ctx, q.dead).Val(),
-		"dead vs index": raw.ZCard(ctx, q.dead).Val() - int64(len(deadLetters(t, s))),
-	} {
+	counts := map[string]int64{
+		"XLEN of the empty route's stream": raw.XLen(ctx, q.stream("")).Val(),
+		"its XPENDING":                     pending.Count,
+		"routes in the set":                raw.SCard(ctx, q.routes).Val(),
+		"ZCARD open":                       raw.ZCard(ctx, q.open).Val(),
+		"request keys":                     int64(len(raw.Keys(ctx, q.tag+"#req:*").Val())) - raw.ZCard(ctx, q.dead).Val(),
+		"dead vs index":                    raw.ZCard(ctx, q.dead).Val() - int64(len(deadLetters(t, s))),
+	}
+	for _, r := range routes {
+		counts["ZCARD retry of "+r] = raw.ZCard(ctx, q.retry(r)).Val()
+		if r != "" {
+			counts["keys of "+r] = raw.Exists(ctx, q.stream(r), q.retry(r), q.cursor(r)).Val()
+		}
+	}
+	for name, got := range counts {
 		if got != 0 {
 			t.Errorf("%s = %d after every event was settled, want 0", name, got)
 		}
@@ -122,10 +148,10 @@ func deadLetters(t *testing.T, s dedup.Queue) []dedup.DeadLetter {
 	}
 }
 
-// TestRedisQueueGroupLost deletes the consumer group under a running
-// queue, and then restarts Redis without persistence: each time the
-// group is created again, what survived is delivered, and the loss is
-// logged at error level.
+// TestRedisQueueGroupLost deletes a route's consumer group under a
+// running queue, then its stream, and then restarts Redis without
+// persistence: each time the group is created again, what survived is
+// delivered, and the loss is logged at error level.
 func TestRedisQueueGroupLost(t *testing.T) {
 	srv := redistest.New(t)
 	core, logs := observer.New(zap.InfoLevel)
@@ -136,6 +162,7 @@ func TestRedisQueueGroupLost(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	raw := rawClient(t, srv)
 	ctx := context.Background()
+	stream := s.queue.stream(storetest.Request.Route)
 
 	storetest.MustEnqueue(t, s, "held")
 	held := storetest.TakeOne(t, s, storetest.Lease)
@@ -143,7 +170,7 @@ func TestRedisQueueGroupLost(t *testing.T) {
 		t.Errorf("the first Take logged %d creations of the group, want 1", n)
 	}
 	storetest.MustEnqueue(t, s, "waiting")
-	if err := raw.XGroupDestroy(ctx, s.queue.stream, queueGroup).Err(); err != nil {
+	if err := raw.XGroupDestroy(ctx, stream, queueGroup).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ds := storetest.Take(t, s, 10, storetest.Lease)
@@ -163,7 +190,7 @@ func TestRedisQueueGroupLost(t *testing.T) {
 	// (an operator deleted the key): they are queued again.
 	// A delivery under way stays its holder's.
 	storetest.MustEnqueue(t, s, "orphan")
-	if err := raw.Del(ctx, s.queue.stream).Err(); err != nil {
+	if err := raw.Del(ctx, stream).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ds = storetest.Take(t, s, 10, storetest.Lease)
@@ -173,7 +200,7 @@ func TestRedisQueueGroupLost(t *testing.T) {
 	if err := s.Succeed(ctx, waiting, storetest.Replayed, storetest.Keep); err != nil {
 		t.Errorf("Succeed of the delivery under way when the stream went: %v", err)
 	}
-	if n := raw.XLen(ctx, s.queue.stream).Val(); n != 1 {
+	if n := raw.XLen(ctx, stream).Val(); n != 1 {
 		t.Errorf("XLEN %d once the recovered delivery settled, want 1 (the orphan)", n)
 	}
 
@@ -322,7 +349,8 @@ func TestRedisQueuePrunesConsumers(t *testing.T) {
 	storetest.TakeOne(t, holding, storetest.Lease)
 	storetest.MustEnqueue(t, pruner, "c")
 	storetest.TakeOne(t, pruner, storetest.Lease)
-	if n := len(raw.XInfoConsumers(ctx, pruner.queue.stream, queueGroup).Val()); n != 3 {
+	stream := pruner.queue.stream(storetest.Request.Route)
+	if n := len(raw.XInfoConsumers(ctx, stream, queueGroup).Val()); n != 3 {
 		t.Fatalf("%d consumers, want 3", n)
 	}
 	n, err := pruner.pruneConsumers(ctx, 0) // every consumer idle long enough
@@ -330,7 +358,7 @@ func TestRedisQueuePrunesConsumers(t *testing.T) {
 		t.Fatalf("pruneConsumers = %d, %v; want 1 (the one with nothing pending)", n, err)
 	}
 	names := map[string]bool{}
-	for _, c := range raw.XInfoConsumers(ctx, pruner.queue.stream, queueGroup).Val() {
+	for _, c := range raw.XInfoConsumers(ctx, stream, queueGroup).Val() {
 		names[c.Name] = true
 	}
 	if !names[holding.consumer] || !names[pruner.consumer] || names[settled.consumer] {

@@ -1,0 +1,84 @@
+-- What the queue's scripts share (redisqueue.go puts it before each one
+-- that uses it): the names of a route's keys, adding an event to its
+-- route's stream, and finding the stream an event's entry is on.
+
+-- now_ms is the server's clock in ms: every lease and due time is on it,
+-- whichever replica asks.
+local function now_ms()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- lane_key names the stream, retries or cursor ('stream', 'retry',
+-- 'cursor') of route's lane. The empty route's are the names the previous
+-- version gave the whole queue, so what it queued is that lane's.
+local function lane_key(tag, kind, route)
+  if route == '' then
+    return tag .. '#' .. kind
+  end
+  return tag .. '#' .. kind .. ':' .. route
+end
+
+-- open_lane makes route's lane one that Take draws on, before anything
+-- is put in it: a route new to the set of routes gets its stream and its
+-- consumer group here, in the same script, so a Take never finds a
+-- route's stream without its group unless Redis lost it. The empty
+-- route's group is the one Take checks for to tell that Redis lost the
+-- queue: only the recovery (queue_recover.lua) creates it.
+local function open_lane(tag, group, route)
+  if route ~= '' and redis.call('SADD', tag .. '#routes', route) == 1 then
+    -- BUSYGROUP if the stream outlived its set entry: keep that group.
+    redis.pcall('XGROUP', 'CREATE', lane_key(tag, 'stream', route), group, '0', 'MKSTREAM')
+  end
+end
+
+-- add_entry puts key's event on route's stream and returns the new
+-- entry's ID.
+local function add_entry(tag, group, key, route)
+  open_lane(tag, group, route)
+  return redis.call('XADD', lane_key(tag, 'stream', route), '*', 'k', key)
+end
+
+-- entry_stream is the stream on which the entry id is key's: its route's,
+-- or the empty route's, where a process of the previous version (during
+-- a rolling upgrade) puts back what it retries, requeues or recovers. Nil
+-- if neither holds it. Checked rather than assumed because an ID is only
+-- unique within one stream: acking or deleting it on another stream would
+-- drop another event's entry.
+local function entry_stream(tag, key, route, id)
+  if not id or id == '' then
+    return nil
+  end
+  local streams = {lane_key(tag, 'stream', route)}
+  if route ~= '' then
+    table.insert(streams, tag .. '#stream')
+  end
+  for _, stream in ipairs(streams) do
+    local e = redis.call('XRANGE', stream, id, id)[1]
+    if e and e[2] and e[2][2] == key then
+      return stream
+    end
+  end
+  return nil
+end
+
+-- drop_entry takes key's entry id off its stream and its pending list,
+-- wherever entry_stream finds it.
+local function drop_entry(tag, group, key, route, id)
+  local stream = entry_stream(tag, key, route, id)
+  if stream then
+    redis.call('XACK', stream, group, id)
+    redis.call('XDEL', stream, id)
+  end
+end
+
+-- every_stream lists the empty route's stream and the stream of every
+-- route in the set.
+local function every_stream(tag)
+  local streams = {tag .. '#stream'}
+  for _, r in ipairs(redis.call('SMEMBERS', tag .. '#routes')) do
+    table.insert(streams, lane_key(tag, 'stream', r))
+  end
+  return streams
+end
+
