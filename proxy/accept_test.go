@@ -182,7 +182,7 @@ func TestAcceptKeepsSettlement(t *testing.T) {
 	f := newFixture(t, "/hooks=github;async,/other=header:X-Id;async", proxy.Config{Store: q, Queue: q})
 	f.post(t, "/hooks/x", map[string]string{"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push"}, "{}")
 	f.post(t, "/other/y", map[string]string{"X-Id": "e1"}, "{}")
-	ds, err := q.Take(context.Background(), 10, time.Minute)
+	ds, err := q.Take(context.Background(), dedup.AllRoutes, 10, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

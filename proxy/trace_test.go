@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
 	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
