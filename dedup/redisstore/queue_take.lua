@@ -5,7 +5,8 @@
 -- key is named under. The lane: ARGV[6] 'route', with ARGV[7] its route;
 -- or 'rest', with ARGV[7] where to start the round of its routes. Then
 -- ARGV[8] the number E of routes the rest lane leaves out and those
--- routes; then one fresh token per delivery. Returns
+-- routes; then a number R and R tokens of this consumer's Takes whose
+-- answer was lost; then one fresh token per delivery. Returns
 -- {{key, entry ID, token, attempt, accepted ms, request}..., gone}, gone 1
 -- when a consumer group Take needs is missing (Redis lost the queue).
 local group, consumer = ARGV[1], ARGV[2]
@@ -56,11 +57,43 @@ local function present(r)
   -- The rest lane's routes come from the set.
   return ARGV[6] == 'rest' or redis.call('SISMEMBER', KEYS[2], r) == 1
 end
-local fresh = 9 + e
+local lost_at = 9 + e
+local lost_n = tonumber(ARGV[lost_at])
+local fresh = lost_at + lost_n + 1
 
 local out = {}
 local function hand_out(k, id, tok, attempt, accepted)
   table.insert(out, {k, id, tok, attempt, accepted, redis.call('GET', tag .. '#req:' .. k) or ''})
+end
+
+-- First, the deliveries a Take of this consumer leased but whose answer
+-- never reached it: handed out again as they are (same token, same
+-- attempt), with the lease renewed from now. This consumer's pending list
+-- holds only what it has leased, a few per lane, so it is read whole.
+if lost_n > 0 then
+  local wanted = {}
+  for i = 1, lost_n do wanted[ARGV[lost_at + i]] = true end
+  for _, r in ipairs(routes) do
+    local stream = lane_key(tag, 'stream', r)
+    local from = '-'
+    while #out < n and present(r) do
+      local page = redis.pcall('XPENDING', stream, group, from, '+', 100, consumer)
+      if type(page) ~= 'table' or page.err then break end
+      for _, p in ipairs(page) do
+        local id = p[1]
+        local entry = redis.call('XRANGE', stream, id, id)[1]
+        local k = entry and entry[2] and entry[2][2]
+        local st = k and redis.call('HMGET', tag .. k, 's', 'e', 'a', 't', 'k')
+        if #out < n and st and st[1] == '4' and st[2] == id and wanted[st[5]] then
+          redis.call('HSET', tag .. k, 'n', now + lease)
+          redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+          hand_out(k, id, st[5], tonumber(st[3]), st[4])
+        end
+        from = '(' .. id
+      end
+      if #page < 100 then break end
+    end
+  end
 end
 
 for _, r in ipairs(routes) do

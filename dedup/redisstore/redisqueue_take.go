@@ -14,10 +14,11 @@ import (
 )
 
 // Take hands out at most n due deliveries of lane in one script, drawing
-// on the streams of the lane's routes only: route by route, retries
-// whose time has come go back onto the stream, XAUTOCLAIM takes over
-// entries whose holder has not settled them for lease, and XREADGROUP
-// reads new ones. Every replica passes the same lease
+// on the streams of the lane's routes only: first what a Take of this
+// process leased but never heard back about (lostTakes), then, route by
+// route, retries whose time has come go back onto the stream, XAUTOCLAIM
+// takes over entries whose holder has not settled them for lease, and
+// XREADGROUP reads new ones. Every replica passes the same lease
 // (LEASE_TTL): a delivery is taken over once it has been held that long.
 func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
 	if take, err := storeop.CheckTake(ctx, n, lease); !take {
@@ -28,7 +29,10 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	out, missing, err := s.take(ctx, lane, n, lease)
+	id := laneID(lane)
+	lost := s.lost.claim(id, time.Now())
+	out, full, missing, err := s.take(ctx, lane, n, lease, tokens(lost))
+	s.lost.keep(lost, out, full)
 	if err != nil {
 		return nil, fmt.Errorf("dedup: take: %w", err)
 	}
@@ -40,7 +44,7 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		err := s.recreateGroups(ctx)
 		if err == nil && len(out) < n {
 			var more []dedup.Delivery
-			more, _, err = s.take(ctx, lane, n-len(out), lease)
+			more, _, _, err = s.take(ctx, lane, n-len(out), lease, nil)
 			out = append(out, more...)
 		}
 		if err != nil && len(out) == 0 {
@@ -52,9 +56,14 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	return out, nil
 }
 
-// take runs queue_take.lua once, and reports whether a consumer group was
-// missing.
-func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) (out []dedup.Delivery, missing bool, err error) {
+// take runs queue_take.lua once, passing the tokens of lost Takes to hand
+// out again, and reports whether the script handed out all n it was asked
+// (full: its search for the lost Takes' deliveries may have stopped short)
+// and whether a consumer group was missing. When the script may have run
+// but its answer did not come back (a timeout, a cut connection), the
+// fresh tokens it was given are remembered (lostTakes): the deliveries it
+// leased under them go to the next Take, not to their lease's end.
+func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration, lost []string) (out []dedup.Delivery, full, missing bool, err error) {
 	args := []any{queueGroup, s.consumer, n, storeop.Millis(lease), s.queue.tag}
 	if lane.Rest {
 		args = append(args, "rest", s.turns.Add(1)%(1<<40), len(lane.Except))
@@ -64,13 +73,23 @@ func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	} else {
 		args = append(args, "route", lane.Route, 0)
 	}
-	for range n {
-		tok := codec.NewToken()
-		args = append(args, hex.EncodeToString(tok[:]))
+	args = append(args, len(lost))
+	for _, tok := range lost {
+		args = append(args, tok)
 	}
+	fresh := make([]string, n)
+	for i := range fresh {
+		tok := codec.NewToken()
+		fresh[i] = hex.EncodeToString(tok[:])
+		args = append(args, fresh[i])
+	}
+	sent := time.Now()
 	v, err := queueTakeScript.Run(ctx, s.scripts, s.queue.laneKeys(), args...).Slice()
 	if err != nil {
-		return nil, false, err
+		if mayHaveRun(err) {
+			s.lost.add(laneID(lane), fresh, sent.Add(lease))
+		}
+		return nil, false, false, err
 	}
 	var items []any
 	ok := len(v) == 2
@@ -78,13 +97,17 @@ func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		items, ok = v[0].([]any)
 	}
 	if !ok {
-		return nil, false, fmt.Errorf("%w: script answered %d values", codec.ErrBadRecord, len(v))
+		s.lost.add(laneID(lane), fresh, sent.Add(lease))
+		return nil, false, false, fmt.Errorf("%w: script answered %d values", codec.ErrBadRecord, len(v))
 	}
 	out = make([]dedup.Delivery, 0, len(items))
 	for _, item := range items {
 		f, ok := item.([]any)
 		if !ok || len(f) != 6 {
-			return nil, false, fmt.Errorf("%w: script answered %T", codec.ErrBadRecord, item)
+			// Nothing handed out: every lease it wrote is lost to
+			// the caller, as if the answer had not come back.
+			s.lost.add(laneID(lane), fresh, sent.Add(lease))
+			return nil, false, false, fmt.Errorf("%w: script answered %T", codec.ErrBadRecord, item)
 		}
 		key, _ := f[0].(string)
 		tok, _ := f[2].(string)
@@ -103,7 +126,7 @@ func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		out = append(out, d)
 	}
 	gone, _ := v[1].(int64)
-	return out, gone == 1, nil
+	return out, len(items) == n, gone == 1, nil
 }
 
 // Extend renews d's lease for lease from now, in one script: its lease end
