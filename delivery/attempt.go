@@ -188,7 +188,7 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 
 // attempt delivers h's event once, in lane l, and settles it.
 func (w *Workers) attempt(ctx context.Context, l *lane, h *held) {
-	d := h.current()
+	d := h.use()
 	defer w.keep(ctx, h, l.label)()
 	ctx, span := w.startAttempt(ctx, d)
 	defer span.end()

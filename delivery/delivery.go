@@ -357,8 +357,9 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 					signal(l.freed)
 					running.Done()
 				}()
-				defer w.holding.release(d.Claim.Key)
-				w.attempt(attemptCtx, l, h)
+				for h := h; h != nil; h = w.holding.release(h) {
+					w.attempt(attemptCtx, l, h)
+				}
 			}()
 		}
 		if probe && sent == 0 {

@@ -25,12 +25,26 @@ const (
 type held struct {
 	mu sync.Mutex
 	d  dedup.Delivery
+	// used is the token of the delivery the holder last attempted or
+	// wrote an outcome with: a delivery adopted after it (the event due
+	// again at once, and taken by this process before the holder let
+	// go) is still to be attempted.
+	used string
 }
 
 // current is the delivery that owns the event now.
 func (h *held) current() dedup.Delivery {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.d
+}
+
+// use returns the delivery that owns the event now, noting that the
+// holder attempts or settles it.
+func (h *held) use() dedup.Delivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.used = h.d.Claim.Token
 	return h.d
 }
 
@@ -64,11 +78,20 @@ func (h *holding) hold(d dedup.Delivery) *held {
 	return nh
 }
 
-// release forgets the delivery of key: its outcome is written, or given up.
-func (h *holding) release(key string) {
+// release lets go of h once its attempt is settled, unless this process
+// took the event again after the holder last used its delivery (a retry
+// due at once, handed out again before the holder let go): then h holds
+// that delivery, still to be attempted, and is returned; else nil.
+func (h *holding) release(hd *held) *held {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.byKey, key)
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if hd.d.Claim.Token != hd.used {
+		return hd
+	}
+	delete(h.byKey, hd.d.Claim.Key)
+	return nil
 }
 
 // adopted reports whether the delivery d, which the store says no longer
@@ -99,7 +122,7 @@ func (w *Workers) adopted(ctx context.Context, h *held, d dedup.Delivery) bool {
 // again with the one adopted.
 func (w *Workers) write(ctx context.Context, h *held, op func(context.Context, dedup.Delivery) error) error {
 	for {
-		d := h.current()
+		d := h.use()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
 		err := op(sctx, d)
 		cancel()

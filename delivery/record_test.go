@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,5 +60,55 @@ func TestRecordedThroughAnOutage(t *testing.T) {
 	await(t, "the record to be written", func() bool { return q.record(t, "k1").State == dedup.Completed })
 	if n := len(a.requests()); n != 1 {
 		t.Errorf("the app got the event %d times, want once: its record was still being written", n)
+	}
+}
+
+// lateRetry is a real queue whose Retry returns only once a Take has
+// handed something out after it: the event, due again at once, is taken
+// again by this process before its holder has let go of it.
+type lateRetry struct {
+	*diskQueue
+	took chan struct{}
+}
+
+func (q *lateRetry) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	ds, err := q.diskQueue.Take(ctx, lane, n, lease)
+	if len(ds) > 0 {
+		signal(q.took)
+	}
+	return ds, err
+}
+
+func (q *lateRetry) Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error {
+	select {
+	case <-q.took: // the Take that handed d out
+	default:
+	}
+	err := q.diskQueue.Retry(ctx, d, next, status, reason)
+	select {
+	case <-q.took:
+	case <-time.After(5 * time.Second): // a bound, should no Take come
+	}
+	return err
+}
+
+// TestRetriedBeforeLetGo: a failed attempt whose retry is due at once,
+// handed out again before its holder let go of the event, is attempted
+// again (the holder goes on with it), not left leased to nobody until
+// its lease runs out.
+func TestRetriedBeforeLetGo(t *testing.T) {
+	a := newApp(t, func(attempt string) (int, string) {
+		if attempt == "1" {
+			return http.StatusInternalServerError, ""
+		}
+		return http.StatusOK, ""
+	})
+	q := &lateRetry{diskQueue: newQueue(t), took: make(chan struct{}, 1)}
+	q.enqueue(t, "k1", webhookRequest(`{"id":"evt_1"}`))
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Lease: time.Minute, PollInterval: 20 * time.Millisecond,
+		Jitter: func(time.Duration) time.Duration { return 0 }})
+	await(t, "the second attempt to complete the event", func() bool { return q.record(t, "k1").State == dedup.Completed })
+	if n := len(a.requests()); n != 2 {
+		t.Errorf("the app got %d attempts, want 2", n)
 	}
 }
