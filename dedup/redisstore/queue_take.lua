@@ -1,18 +1,31 @@
 -- Hands out at most ARGV[3] due deliveries of one lane, leased for
 -- ARGV[4] ms to the consumer ARGV[2] of the group ARGV[1]. KEYS[1] is the
 -- empty route's stream (the previous version's only one), KEYS[2] the set
--- of the other routes that have a stream. ARGV[5] is the hash tag every
--- key is named under. The lane: ARGV[6] 'route', with ARGV[7] its route;
--- or 'rest', with ARGV[7] where to start the round of its routes. Then
--- ARGV[8] the number E of routes the rest lane leaves out and those
--- routes; then a number R and R tokens of this consumer's Takes whose
--- answer was lost; then one fresh token per delivery. Returns
--- {{key, entry ID, token, attempt, accepted ms, request}..., gone}, gone 1
--- when a consumer group Take needs is missing (Redis lost the queue).
+-- of the other routes that have a stream, KEYS[3] the fence: a sorted set
+-- of the take IDs of lost Takes, by when the mark may go. ARGV[5] is the
+-- hash tag every key is named under. The lane: ARGV[6] 'route', with
+-- ARGV[7] its route; or 'rest', with ARGV[7] where to start the round of
+-- its routes. Then ARGV[8] the number E of routes the rest lane leaves out
+-- and those routes; then this call's take ID; then a number L and the L
+-- take IDs of this consumer's Takes whose answer was lost, and a number R
+-- and the R tokens they were given; then one fresh token per delivery.
+-- Returns {{key, entry ID, token, attempt, accepted ms, request}...,
+-- gone}, gone 1 when a consumer group Take needs is missing (Redis lost
+-- the queue).
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local tag = ARGV[5]
+local e = tonumber(ARGV[8])
+local take_at = 9 + e
+
+-- A Take whose answer was lost and that a later Take fenced (below) runs
+-- no further: it would lease deliveries under tokens no one will present
+-- again. The one command a Take without lost Takes adds: a read.
+if redis.call('ZSCORE', KEYS[3], ARGV[take_at]) then
+  return {{}, 0}
+end
+
 local now = now_ms()
 local gone = 0
 
@@ -32,7 +45,6 @@ if not anchored then gone = 1 end
 -- The lane's routes. A route other than the empty one has a stream only
 -- while it is in the set.
 local routes = {}
-local e = tonumber(ARGV[8])
 if ARGV[6] == 'route' then
   routes = {ARGV[7]}
 else
@@ -57,7 +69,9 @@ local function present(r)
   -- The rest lane's routes come from the set.
   return ARGV[6] == 'rest' or redis.call('SISMEMBER', KEYS[2], r) == 1
 end
-local lost_at = 9 + e
+local ids_at = take_at + 1
+local ids_n = tonumber(ARGV[ids_at])
+local lost_at = ids_at + ids_n + 1
 local lost_n = tonumber(ARGV[lost_at])
 local fresh = lost_at + lost_n + 1
 
@@ -66,28 +80,57 @@ local function hand_out(k, id, tok, attempt, accepted)
   table.insert(out, {k, id, tok, attempt, accepted, redis.call('GET', tag .. '#req:' .. k) or ''})
 end
 
--- First, the deliveries a Take of this consumer leased but whose answer
--- never reached it: handed out again as they are (same token, same
--- attempt), with the lease renewed from now. This consumer's pending list
--- holds only what it has leased, a few per lane, so it is read whole.
+-- First, the Takes of this consumer whose answer never reached it. Each
+-- is fenced: if its script has not run yet (queued on another connection
+-- behind a stall), it leases nothing when it does. The mark is needed
+-- only while such a Take can still be on its way, so the marks last a
+-- lease (expired ones go here, and the whole set with the last of them).
+if ids_n > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  for i = 1, ids_n do
+    redis.call('ZADD', KEYS[3], now + lease, ARGV[ids_at + i])
+  end
+  if redis.call('PTTL', KEYS[3]) < lease then
+    redis.call('PEXPIRE', KEYS[3], lease)
+  end
+end
+
+-- Then what those that did run leased and still hold: found all at once,
+-- so that their tokens need not be passed again. Up to n are handed out
+-- again as they are (same token, same attempt), with the lease renewed
+-- from now; the rest go back to their stream as they were before that
+-- Take (the attempt it counted taken back), for the next Take at once.
+-- This consumer's pending list holds only what it has leased, a few per
+-- lane, so it is read whole.
 if lost_n > 0 then
   local wanted = {}
   for i = 1, lost_n do wanted[ARGV[lost_at + i]] = true end
   for _, r in ipairs(routes) do
     local stream = lane_key(tag, 'stream', r)
     local from = '-'
-    while #out < n and present(r) do
+    while present(r) do
       local page = redis.pcall('XPENDING', stream, group, from, '+', 100, consumer)
       if type(page) ~= 'table' or page.err then break end
       for _, p in ipairs(page) do
         local id = p[1]
         local entry = redis.call('XRANGE', stream, id, id)[1]
         local k = entry and entry[2] and entry[2][2]
-        local st = k and redis.call('HMGET', tag .. k, 's', 'e', 'a', 't', 'k')
-        if #out < n and st and st[1] == '4' and st[2] == id and wanted[st[5]] then
-          redis.call('HSET', tag .. k, 'n', now + lease)
-          redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
-          hand_out(k, id, st[5], tonumber(st[3]), st[4])
+        local a = k and tag .. k
+        local st = k and redis.call('HMGET', a, 's', 'e', 'a', 't', 'k')
+        if st and st[1] == '4' and st[2] == id and wanted[st[5]] then
+          if #out < n then
+            redis.call('HSET', a, 'n', now + lease)
+            redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+            hand_out(k, id, st[5], tonumber(st[3]), st[4])
+          else
+            -- A lost Take leased it on its route's stream (r): it goes
+            -- back there as a new entry, after those the search pages
+            -- through.
+            redis.call('XACK', stream, group, id)
+            redis.call('XDEL', stream, id)
+            redis.call('HDEL', a, 'k')
+            redis.call('HSET', a, 's', 3, 'a', tonumber(st[3]) - 1, 'n', now, 'e', add_entry(tag, group, k, r))
+          end
         end
         from = '(' .. id
       end

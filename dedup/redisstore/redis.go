@@ -86,8 +86,9 @@ type Store struct {
 	// groupSeen is set once a Take found the consumer group: its loss
 	// after that means Redis lost data.
 	groupSeen atomic.Bool
-	// lost holds the tokens of Takes whose answer was lost, for the next
-	// Take to hand their deliveries out again (see lostTakes).
+	// lost holds the Takes whose answer was lost, for the next Take of
+	// their lane to fence them and hand their deliveries out again (see
+	// lostTakes).
 	lost lostTakes
 	// turns moves the start of each rest-lane Take's round of routes.
 	turns atomic.Uint64

@@ -45,6 +45,10 @@ import (
 //	{p}#open          sorted set: events accepted and not settled, by when
 //	                  accepted (queue depth and oldest age)
 //	{p}#dead          sorted set: dead letters, by when they expire
+//	{p}#fenced        sorted set: the take IDs of Takes whose answer was
+//	                  lost, fenced by a later Take so that they lease
+//	                  nothing if they run after it (lostTakes), by when
+//	                  the mark may go; it expires with the last of them
 //
 // ('#' never occurs in a namespace, so "#..." never names an event.) The
 // scripts name a route's keys themselves (queue_lib.lua), as they name
@@ -130,7 +134,7 @@ const defaultQueueTag = "{webhook-dedup}"
 
 // queueKeys are the names of one queue's keys.
 type queueKeys struct {
-	tag, routes, open, dead string
+	tag, routes, open, dead, fenced string
 }
 
 func newQueueKeys(prefix string) queueKeys {
@@ -143,6 +147,7 @@ func newQueueKeys(prefix string) queueKeys {
 		routes: tag + "#routes",
 		open:   tag + "#open",
 		dead:   tag + "#dead",
+		fenced: tag + "#fenced",
 	}
 }
 
@@ -171,6 +176,10 @@ func (q queueKeys) settleKeys(key string) []string {
 // laneKeys are the KEYS of the scripts that go through every lane: the
 // empty route's stream and the set of the other routes.
 func (q queueKeys) laneKeys() []string { return []string{q.stream(""), q.routes} }
+
+// takeKeys are the KEYS of queue_take.lua: laneKeys and the fence of lost
+// Takes.
+func (q queueKeys) takeKeys() []string { return append(q.laneKeys(), q.fenced) }
 
 // consumerName names this process in the consumer group: host, process ID
 // and a random suffix, so that no two processes (nor one restarted) share

@@ -2,12 +2,11 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
-	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
@@ -81,60 +80,144 @@ func TestRedisQueueLostTakeReply(t *testing.T) {
 	}
 }
 
-// TestRedisQueueLostTakesResolved: what Take does with the tokens of lost
-// Takes. A Take of another lane neither passes nor drops them. A Take of
-// their lane that finds one of a lost Take's tokens drops the rest of
-// them, unless it stopped short (it handed out all it was asked): then
-// it keeps those it did not find. The tokens of a lost Take that shows no
-// sign of having run (not run yet, or it leased nothing) are kept.
+// TestRedisQueueLostTakeFenced: a Take whose answer was lost and whose
+// script has not run yet when the next Take of its lane runs (several
+// Takes queue up on different connections while Redis is frozen, and it
+// runs them in any order once it thaws) is fenced by that Take, which the
+// store then forgets it for: when the lost Take's script runs at last,
+// with its own take ID and tokens, it leases nothing, and what is due is
+// handed out by ordinary Takes at once. Unfenced, it would lease what is
+// due under tokens no one presents again, to wait out the lease.
+func TestRedisQueueLostTakeFenced(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := rawClient(t, srv)
+	ctx := context.Background()
+	lane := dedup.RouteLane("/a")
+	storetest.MustEnqueueOn(t, s, "early", "/a")
+	late := newTakeCall(3)
+	s.lost.add(laneID(lane), late)
+
+	ds := storetest.TakeFrom(t, s, lane, 10, storetest.Lease)
+	if len(ds) != 1 || ds[0].Claim.Key != "early" || ds[0].Attempt != 1 {
+		t.Fatalf("the Take after the lost one = %+v, want the one event due, attempt 1", ds)
+	}
+	if len(s.lost.takes) != 0 || s.lost.n != 0 {
+		t.Errorf("after the Take that fenced it: %d lost Takes, %d tokens kept; want none", len(s.lost.takes), s.lost.n)
+	}
+	// The mark goes with the lease: marks do not pile up.
+	if ttl := raw.PTTL(ctx, s.queue.fenced).Val(); ttl <= 0 || ttl > storetest.Lease {
+		t.Errorf("the fence expires in %v, want within the lease, %v", ttl, storetest.Lease)
+	}
+
+	keys := []string{"due:1", "due:2", "due:3"}
+	for _, k := range keys {
+		storetest.MustEnqueueOn(t, s, k, "/a")
+	}
+	// Redis runs the lost Take's command at last.
+	got, _, err := s.takeAs(ctx, lane, len(late.tokens), storetest.Lease, late, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Errorf("the fenced Take ran late and handed out %d deliveries", len(got))
+	}
+	for _, k := range keys {
+		if rec := storetest.MustLookup(t, s, k); rec.State != dedup.Queued || rec.Delivery.Attempts != 0 {
+			t.Errorf("%s is %v after %d attempts once the fenced Take ran, want queued, none", k, rec.State, rec.Delivery.Attempts)
+		}
+	}
+	ds = storetest.TakeFrom(t, s, lane, 10, storetest.Lease)
+	if len(ds) != len(keys) {
+		t.Fatalf("the next Take = %d deliveries, want the %d due at once", len(ds), len(keys))
+	}
+	for _, d := range ds {
+		if d.Attempt != 1 || slices.Contains(late.tokens, d.Claim.Token) {
+			t.Errorf("%s handed out as attempt %d under token %s, want attempt 1 under a fresh token", d.Claim.Key, d.Attempt, d.Claim.Token)
+		}
+		if err := s.Succeed(ctx, d, storetest.Replayed, storetest.Keep); err != nil {
+			t.Errorf("Succeed %s: %v", d.Claim.Key, err)
+		}
+	}
+}
+
+// TestRedisQueueLostTakesResolved: what Take does with lost Takes. A Take
+// of another lane neither passes nor resolves them. The next Take of
+// their lane resolves them all at once, and the store forgets them: it
+// fences them all, hands out again up to n of what one that ran leased
+// and still holds (same token, same attempt), and puts the rest back in
+// the queue as it was (the attempt not counted), for the next Take at
+// once. One that never ran leases nothing when it does.
 func TestRedisQueueLostTakesResolved(t *testing.T) {
 	srv := redistest.New(t)
 	s := openRedis(t, srv)
 	ctx := context.Background()
-	storetest.MustEnqueueOn(t, s, "mine:1", "/a")
-	storetest.MustEnqueueOn(t, s, "mine:2", "/a")
-	storetest.MustEnqueueOn(t, s, "other", "/b")
-	a := laneID(dedup.RouteLane("/a"))
-	until := time.Now().Add(storetest.Lease)
-	fresh := func(n int) []string {
-		var toks []string
-		for range n {
-			tok := codec.NewToken()
-			toks = append(toks, fmt.Sprintf("%x", tok))
-		}
-		return toks
+	for _, k := range []string{"mine:1", "mine:2", "mine:3"} {
+		storetest.MustEnqueueOn(t, s, k, "/a")
 	}
+	storetest.MustEnqueueOn(t, s, "other", "/b")
+	a := dedup.RouteLane("/a")
 	// As a Take of /a's lane whose answer was lost leaves things: the
-	// script ran, and Take kept its tokens (those it leased under, and
-	// one it did not use).
-	ds, _, _, err := s.take(ctx, dedup.RouteLane("/a"), 2, storetest.Lease, nil)
-	if err != nil || len(ds) != 2 {
+	// script ran and leased the three (one token left unused), and Take
+	// kept the call.
+	ran := newTakeCall(4)
+	ds, _, err := s.takeAs(ctx, a, len(ran.tokens), storetest.Lease, ran, nil)
+	if err != nil || len(ds) != 3 {
 		t.Fatalf("take of /a = %d, %v", len(ds), err)
 	}
-	s.lost.add(a, append(fresh(1), ds[0].Claim.Token, ds[1].Claim.Token), until)
-	s.lost.add(a, fresh(2), until) // one that never ran
+	leased := map[string]string{}
+	for _, d := range ds {
+		leased[d.Claim.Key] = d.Claim.Token
+	}
+	s.lost.add(laneID(a), ran)
+	never := newTakeCall(2)
+	s.lost.add(laneID(a), never)
 
 	if ds := storetest.TakeFrom(t, s, dedup.RouteLane("/b"), 10, storetest.Lease); len(ds) != 1 || ds[0].Claim.Key != "other" {
 		t.Errorf("Take of /b = %+v, want /b's event alone", ds)
 	}
-	if len(s.lost.takes) != 2 || s.lost.n != 5 {
-		t.Fatalf("after a Take of another lane: %d lost Takes, %d tokens; want 2, 5", len(s.lost.takes), s.lost.n)
+	if len(s.lost.takes) != 2 || s.lost.n != 6 {
+		t.Fatalf("after a Take of another lane: %d lost Takes, %d tokens; want 2, 6", len(s.lost.takes), s.lost.n)
 	}
-	first := storetest.TakeFrom(t, s, dedup.RouteLane("/a"), 1, storetest.Lease)
-	if len(first) != 1 || first[0].Attempt != 1 {
-		t.Fatalf("Take(1) of /a = %+v, want one lost delivery, attempt 1", first)
+	first := storetest.TakeFrom(t, s, a, 2, storetest.Lease)
+	if len(first) != 2 {
+		t.Fatalf("Take(2) of /a = %d deliveries, want 2 of the lost ones", len(first))
 	}
-	if s.lost.n != 4 {
-		t.Errorf("after a Take that stopped short: %d tokens kept, want 4 (all but the one found)", s.lost.n)
+	for _, d := range first {
+		if d.Attempt != 1 || leased[d.Claim.Key] != d.Claim.Token {
+			t.Errorf("%s handed out again as attempt %d under %s, want attempt 1 under the lost Take's %s", d.Claim.Key, d.Attempt, d.Claim.Token, leased[d.Claim.Key])
+		}
+		delete(leased, d.Claim.Key)
 	}
-	second := storetest.TakeFrom(t, s, dedup.RouteLane("/a"), 10, storetest.Lease)
-	if len(second) != 1 || second[0].Attempt != 1 || second[0].Claim.Key == first[0].Claim.Key {
-		t.Fatalf("then Take of /a = %+v, want the other lost delivery, attempt 1", second)
+	if len(s.lost.takes) != 0 || s.lost.n != 0 {
+		t.Errorf("after the Take that resolved them: %d lost Takes, %d tokens kept; want none", len(s.lost.takes), s.lost.n)
 	}
-	if len(s.lost.takes) != 1 || s.lost.n != 2 {
-		t.Errorf("once the lost Take's deliveries were found: %d lost Takes, %d tokens; want the one that never ran, 2", len(s.lost.takes), s.lost.n)
+	var third string
+	for k := range leased {
+		third = k
 	}
-	if ds := storetest.TakeFrom(t, s, dedup.RouteLane("/a"), 10, storetest.Lease); len(ds) != 0 {
+	if rec := storetest.MustLookup(t, s, third); rec.State != dedup.Queued || rec.Delivery.Attempts != 0 {
+		t.Errorf("%s, found beyond the Take's 2, is %v after %d attempts; want queued again, none", third, rec.State, rec.Delivery.Attempts)
+	}
+	storetest.MustEnqueueOn(t, s, "mine:4", "/a")
+	if got, _, err := s.takeAs(ctx, a, len(never.tokens), storetest.Lease, never, nil); err != nil || len(got) != 0 {
+		t.Errorf("the lost Take that never ran, run late = %d deliveries, %v; want none", len(got), err)
+	}
+	second := storetest.TakeFrom(t, s, a, 10, storetest.Lease)
+	if len(second) != 2 {
+		t.Fatalf("then Take of /a = %+v, want %s put back and mine:4", second, third)
+	}
+	for _, d := range second {
+		if d.Attempt != 1 || slices.Contains(ran.tokens, d.Claim.Token) || slices.Contains(never.tokens, d.Claim.Token) {
+			t.Errorf("%s handed out as attempt %d under %s, want attempt 1 under a fresh token", d.Claim.Key, d.Attempt, d.Claim.Token)
+		}
+	}
+	if ds := storetest.TakeFrom(t, s, a, 10, storetest.Lease); len(ds) != 0 {
 		t.Errorf("a further Take of /a handed out %+v", ds)
+	}
+	for _, d := range append(first, second...) {
+		if err := s.Succeed(ctx, d, storetest.Replayed, storetest.Keep); err != nil {
+			t.Errorf("Succeed %s: %v", d.Claim.Key, err)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -29,11 +28,10 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	id := laneID(lane)
-	lost := s.lost.claim(id, time.Now())
-	out, full, missing, err := s.take(ctx, lane, n, lease, tokens(lost))
-	s.lost.keep(lost, out, full)
+	lost := s.lost.claim(laneID(lane))
+	out, missing, err := s.take(ctx, lane, n, lease, lost)
 	if err != nil {
+		s.lost.restore(lost)
 		return nil, fmt.Errorf("dedup: take: %w", err)
 	}
 	if missing {
@@ -44,7 +42,7 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		err := s.recreateGroups(ctx)
 		if err == nil && len(out) < n {
 			var more []dedup.Delivery
-			more, _, _, err = s.take(ctx, lane, n-len(out), lease, nil)
+			more, _, err = s.take(ctx, lane, n-len(out), lease, nil)
 			out = append(out, more...)
 		}
 		if err != nil && len(out) == 0 {
@@ -56,14 +54,21 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	return out, nil
 }
 
-// take runs queue_take.lua once, passing the tokens of lost Takes to hand
-// out again, and reports whether the script handed out all n it was asked
-// (full: its search for the lost Takes' deliveries may have stopped short)
-// and whether a consumer group was missing. When the script may have run
-// but its answer did not come back (a timeout, a cut connection), the
-// fresh tokens it was given are remembered (lostTakes): the deliveries it
-// leased under them go to the next Take, not to their lease's end.
-func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration, lost []string) (out []dedup.Delivery, full, missing bool, err error) {
+// take runs queue_take.lua once as a new call (newTakeCall), passing the
+// lost Takes to resolve, and reports whether a consumer group was
+// missing. Once it has answered, the lost Takes are resolved: fenced, and
+// what they leased handed out again or given back to the queue.
+func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration, lost []lostTake) (out []dedup.Delivery, missing bool, err error) {
+	return s.takeAs(ctx, lane, n, lease, newTakeCall(n), lost)
+}
+
+// takeAs runs queue_take.lua as call, which must be new to the script but
+// for a test playing a lost Take that runs late. When the script may have
+// run but its answer did not come back (a timeout, a cut connection),
+// call is remembered (lostTakes): the next Take of lane fences its take
+// ID, and the deliveries it leased under its tokens go to that Take, not
+// to their lease's end.
+func (s *Store) takeAs(ctx context.Context, lane dedup.Lane, n int, lease time.Duration, call takeCall, lost []lostTake) (out []dedup.Delivery, missing bool, err error) {
 	args := []any{queueGroup, s.consumer, n, storeop.Millis(lease), s.queue.tag}
 	if lane.Rest {
 		args = append(args, "rest", s.turns.Add(1)%(1<<40), len(lane.Except))
@@ -73,23 +78,25 @@ func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	} else {
 		args = append(args, "route", lane.Route, 0)
 	}
-	args = append(args, len(lost))
-	for _, tok := range lost {
+	args = append(args, call.id, len(lost))
+	var toks []string
+	for _, lt := range lost {
+		args = append(args, lt.id)
+		toks = append(toks, lt.tokens...)
+	}
+	args = append(args, len(toks))
+	for _, tok := range toks {
 		args = append(args, tok)
 	}
-	fresh := make([]string, n)
-	for i := range fresh {
-		tok := codec.NewToken()
-		fresh[i] = hex.EncodeToString(tok[:])
-		args = append(args, fresh[i])
+	for _, tok := range call.tokens {
+		args = append(args, tok)
 	}
-	sent := time.Now()
-	v, err := queueTakeScript.Run(ctx, s.scripts, s.queue.laneKeys(), args...).Slice()
+	v, err := queueTakeScript.Run(ctx, s.scripts, s.queue.takeKeys(), args...).Slice()
 	if err != nil {
 		if mayHaveRun(err) {
-			s.lost.add(laneID(lane), fresh, sent.Add(lease))
+			s.lost.add(laneID(lane), call)
 		}
-		return nil, false, false, err
+		return nil, false, err
 	}
 	var items []any
 	ok := len(v) == 2
@@ -97,8 +104,8 @@ func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		items, ok = v[0].([]any)
 	}
 	if !ok {
-		s.lost.add(laneID(lane), fresh, sent.Add(lease))
-		return nil, false, false, fmt.Errorf("%w: script answered %d values", codec.ErrBadRecord, len(v))
+		s.lost.add(laneID(lane), call)
+		return nil, false, fmt.Errorf("%w: script answered %d values", codec.ErrBadRecord, len(v))
 	}
 	out = make([]dedup.Delivery, 0, len(items))
 	for _, item := range items {
@@ -106,8 +113,8 @@ func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		if !ok || len(f) != 6 {
 			// Nothing handed out: every lease it wrote is lost to
 			// the caller, as if the answer had not come back.
-			s.lost.add(laneID(lane), fresh, sent.Add(lease))
-			return nil, false, false, fmt.Errorf("%w: script answered %T", codec.ErrBadRecord, item)
+			s.lost.add(laneID(lane), call)
+			return nil, false, fmt.Errorf("%w: script answered %T", codec.ErrBadRecord, item)
 		}
 		key, _ := f[0].(string)
 		tok, _ := f[2].(string)
@@ -126,7 +133,7 @@ func (s *Store) take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		out = append(out, d)
 	}
 	gone, _ := v[1].(int64)
-	return out, len(items) == n, gone == 1, nil
+	return out, gone == 1, nil
 }
 
 // Extend renews d's lease for lease from now, in one script: its lease end

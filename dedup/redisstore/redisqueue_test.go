@@ -35,7 +35,7 @@ func TestRedisQueueKeysShareASlot(t *testing.T) {
 		t.Errorf("record key %q, want %q", got, want)
 	}
 	slot := redistest.Slot("{webhook-dedup:}")
-	keys := append(q.settleKeys(key), q.laneKeys()...)
+	keys := append(q.settleKeys(key), q.takeKeys()...)
 	// A route's keys, whatever it is made of: a brace in it does not
 	// move them to another slot.
 	for _, route := range []string{"", "/webhooks/stripe", "/x{y}z"} {
