@@ -161,16 +161,9 @@ func (b *bench) startHookaido(dir, upAddr string, env []string, start startFunc)
 		return t, err
 	}
 	t.metricsURL = "http://" + metrics + "/metrics"
-	t.queueEmpty = func() (bool, error) {
-		var depth float64
-		for _, state := range []string{"queued", "leased"} {
-			v, err := metricValue(t.metricsURL, `hookaido_queue_depth{state="`+state+`"}`)
-			if err != nil {
-				return false, err
-			}
-			depth += v
-		}
-		return depth == 0, nil
+	t.queued = func() (int64, error) {
+		n, err := metricValue(t.metricsURL, "hookaido_ingress_enqueued_total")
+		return int64(n), err
 	}
 	t.outcomes = func() (map[string]int64, error) { return hookaidoOutcomes(t.metricsURL) }
 	return t, nil
@@ -183,6 +176,7 @@ func hookaidoOutcomes(url string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for key, name := range map[string]string{
 		"accepted":  "hookaido_ingress_accepted_total",
+		"queued":    "hookaido_ingress_enqueued_total",
 		"rejected":  "hookaido_ingress_rejected_total",
 		"delivered": "hookaido_delivery_acked_total",
 		"retried":   "hookaido_delivery_retry_total",

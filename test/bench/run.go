@@ -328,10 +328,12 @@ type target struct {
 	addr       string
 	storeProc  measured // zero: no store server
 	metricsURL string   // empty: none
-	// queueEmpty reports whether a queueing server has nothing left to
-	// deliver; outcomes reads its counters. Nil when it has none.
-	queueEmpty func() (bool, error)
-	outcomes   func() (map[string]int64, error)
+	// queued reads how many events a queueing server has taken on to
+	// deliver (its own count: wrk does not count the answers it cut off
+	// at the end of a run); outcomes reads its counters. Nil when it has
+	// none.
+	queued   func() (int64, error)
+	outcomes func() (map[string]int64, error)
 }
 
 // runOne starts fresh servers for c, warms them up, measures and stops them.
@@ -422,12 +424,9 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		}
 	}
 	// Warm up: connections, pools, the heap.
-	warm, err := wrkRun(b.opts.conns, b.opts.warmup, nonce())
-	if err != nil {
+	if _, err := wrkRun(b.opts.conns, b.opts.warmup, nonce()); err != nil {
 		return res, err
 	}
-	// Every event accepted so far, which a queueing server owes the app.
-	accepted := warm.accepted()
 	before, err := usages(t.proc.measured(), t.storeProc, up.measured())
 	if err != nil {
 		return res, err
@@ -454,7 +453,6 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		res.UpstreamCPU = after[2].cpu - before[2].cpu
 	}
 	res.Delivered = appAfter.Requests - appBefore.Requests
-	accepted += res.Load.accepted()
 	if c.queues() && !c.slow {
 		// The 32-connection run leaves a backlog that the workers deliver
 		// afterwards: measured during it, the one-connection latency would
@@ -462,12 +460,12 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		// app the backlog would take minutes to deliver, at
 		// DELIVERY_CONCURRENCY per 200 ms, but its deliveries mostly wait:
 		// they leave the core to the accept path.)
-		if res.Drained, err = drain(ctx, c, countURL, accepted, t.queueEmpty); err != nil {
+		if res.Drained, err = drain(ctx, countURL, t.queued); err != nil {
 			return res, err
 		}
 	}
 	if c.paced() {
-		if res.Paced, err = b.pace(ctx, c, url, countURL, res.Load.acceptedRate()/2, &accepted, t.queueEmpty); err != nil {
+		if res.Paced, err = b.pace(ctx, url, countURL, res.Load.acceptedRate()/2, t.queued); err != nil {
 			return res, err
 		}
 	}
@@ -497,9 +495,8 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 
 // pace offers first-seen events at rate (half what the 32-connection run
 // accepted) for the measurement's duration, counting the deliveries made
-// meanwhile, then waits for the backlog. accepted, the events the server
-// owes the app, grows by those the paced run got accepted.
-func (b *bench) pace(ctx context.Context, c config, url, countURL string, rate float64, accepted *int64, queueEmpty func() (bool, error)) (*paceResult, error) {
+// meanwhile, then waits for the backlog.
+func (b *bench) pace(ctx context.Context, url, countURL string, rate float64, queued func() (int64, error)) (*paceResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -511,8 +508,7 @@ func (b *bench) pace(ctx context.Context, c config, url, countURL string, rate f
 	if err != nil {
 		return nil, err
 	}
-	*accepted += p.Accepted
-	p.Drained, err = drain(ctx, c, countURL, *accepted, queueEmpty)
+	p.Drained, err = drain(ctx, countURL, queued)
 	return &p, err
 }
 
@@ -611,9 +607,9 @@ func (b *bench) startDedup(c config, dir, upAddr string, baseEnv []string, start
 		return t, err
 	}
 	t.metricsURL = "http://" + adminAddr + "/metrics"
-	t.queueEmpty = func() (bool, error) {
-		depth, err := metricValue(t.metricsURL, "webhook_dedup_queue_depth")
-		return err == nil && depth == 0, err
+	t.queued = func() (int64, error) {
+		n, err := outcomes(t.metricsURL)
+		return n["queued"], err
 	}
 	t.outcomes = func() (map[string]int64, error) { return outcomes(t.metricsURL) }
 	return t, waitHTTP(t.proc, "http://"+adminAddr+"/readyz", http.StatusOK)
@@ -623,33 +619,26 @@ func (b *bench) startDedup(c config, dir, upAddr string, baseEnv []string, start
 const drainFor = 2 * time.Minute
 
 // drain waits until a queueing server has delivered its backlog, and
-// returns how long that took: until its own queue reads empty and, on
-// first-seen events, the app has received as many requests as the sender
-// had events accepted. (The queue alone might read empty while the last
-// deliveries are on their way; the count alone might be made up by the
-// events of requests wrk cut off at the end of a run, queued but never
-// answered to it. When each event is sent 3×, the sender does not know how
-// many distinct events it got accepted: the queue decides.)
-func drain(ctx context.Context, c config, countURL string, accepted int64, queueEmpty func() (bool, error)) (time.Duration, error) {
-	done := func() (bool, error) {
-		if empty, err := queueEmpty(); !empty || c.countsIDs() {
-			return empty, err
-		}
-		n, err := countApp(countURL)
-		return err == nil && n.Requests >= accepted, err
-	}
-	what := fmt.Sprintf("the queue to empty and the app to receive the %d events accepted", accepted)
-	if c.countsIDs() {
-		what = "the queue to empty"
-	}
+// returns how long that took: until the app has received as many requests
+// as the server has queued events. (Its queue's gauge would read empty
+// later: the record of a delivery is settled after the app's answer,
+// written in batches. And the sender's own count of 2xx answers misses
+// the events of the requests wrk cut off at the end of a run, queued but
+// never answered to it.)
+func drain(ctx context.Context, countURL string, queued func() (int64, error)) (time.Duration, error) {
 	start := time.Now()
+	var want, got int64
 	for {
-		ok, err := done()
-		if ok {
+		n, err := countApp(countURL)
+		got = n.Requests
+		if err == nil {
+			want, err = queued()
+		}
+		if err == nil && got >= want {
 			return time.Since(start), nil
 		}
 		if time.Since(start) > drainFor {
-			return 0, fmt.Errorf("waited %s for %s (last error: %v)", drainFor, what, err)
+			return 0, fmt.Errorf("waited %s for the app to receive the %d events queued: it has %d (last error: %v)", drainFor, want, got, err)
 		}
 		select {
 		case <-ctx.Done():
