@@ -43,8 +43,21 @@ type Server struct {
 	// cred runs initdb and postgres as an unprivileged user when this
 	// process is root (PostgreSQL refuses to run as root); nil otherwise.
 	cred *syscall.Credential
+	opts Options
 	cmd  *exec.Cmd
 	dbs  atomic.Int64
+}
+
+// Options are how a server runs.
+type Options struct {
+	// Durable runs the server as deployed: fsync, synchronous_commit
+	// and full_page_writes on (PostgreSQL's defaults), so each commit
+	// waits for its WAL to reach the disk. Without it the server runs
+	// as the tests want it, fsync off (see start): a commit reaches the
+	// kernel, not the disk, which is all an outage the tests stage
+	// needs, and much faster on a disk whose flush takes milliseconds.
+	// The load benchmark runs both, to show what the flush costs.
+	Durable bool
 }
 
 // New starts a server of its own for t and stops it, removing its data,
@@ -84,9 +97,13 @@ func (sh *Shared) Close() {
 	}
 }
 
-// Start initialises a data directory and starts postgres on port, waiting
-// until it accepts connections.
-func Start(port int) (*Server, error) {
+// Start initialises a data directory and starts postgres on port, as the
+// tests run it (fsync off), waiting until it accepts connections.
+func Start(port int) (*Server, error) { return StartWith(port, Options{}) }
+
+// StartWith is Start with options: StartWith(port, Options{Durable:
+// true}) starts a server as deployed.
+func StartWith(port int, o Options) (*Server, error) {
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
@@ -101,13 +118,15 @@ func Start(port int) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Port: port, bin: bin, dir: dir, cred: cred}
+	s := &Server{Port: port, bin: bin, dir: dir, cred: cred, opts: o}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			s.removeDir()
 			return nil, fmt.Errorf("pgtest: hand %s to the postgres user: %w", dir, err)
 		}
 	}
+	// --no-sync only spares initdb's own flush of the new cluster: a
+	// durable server's commits are flushed all the same.
 	initdb := s.command("initdb", "-D", s.dataDir(), "-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C")
 	if out, err := initdb.CombinedOutput(); err != nil {
 		s.removeDir()
@@ -191,20 +210,23 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 
 // start runs postgres in the foreground of a child process, with no Unix
 // socket (the system's socket directory may not be writable by the user
-// it runs as) and without fsync: nothing outlives the test, and a
-// commit still reaches the kernel before it is acknowledged, so an
-// outage (Stop) loses nothing. (synchronous_commit stays on: off, the
-// last commits before a Stop would be lost.)
+// it runs as) and, unless Durable, without fsync: nothing outlives the
+// test, and a commit still reaches the kernel before it is acknowledged,
+// so an outage (Stop) loses nothing. (synchronous_commit stays on: off,
+// the last commits before a Stop would be lost.)
 func (s *Server) start() error {
 	log, err := os.OpenFile(s.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
-	cmd := s.command("postgres", "-D", s.dataDir(),
-		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(s.Port),
-		"-c", "unix_socket_directories=", "-c", "fsync=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "shared_buffers=32MB")
+	args := []string{"-D", s.dataDir(),
+		"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(s.Port),
+		"-c", "unix_socket_directories=", "-c", "max_connections=200", "-c", "shared_buffers=32MB"}
+	for _, setting := range s.durability() {
+		args = append(args, "-c", setting)
+	}
+	cmd := s.command("postgres", args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w (%s)", err, installHint)
@@ -218,6 +240,15 @@ func (s *Server) start() error {
 		return fmt.Errorf("pgtest: postgres on port %d: %w\n%s", s.Port, err, out)
 	}
 	return nil
+}
+
+// durability is the server's flush settings. A durable server names
+// PostgreSQL's defaults too, so that no postgresql.conf could change them.
+func (s *Server) durability() []string {
+	if s.opts.Durable {
+		return []string{"fsync=on", "synchronous_commit=on", "full_page_writes=on"}
+	}
+	return []string{"fsync=off", "full_page_writes=off"}
 }
 
 // waitReady polls until the server accepts a connection, and returns the

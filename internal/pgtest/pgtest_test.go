@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
 // TestStopStart checks a server keeps its data across an outage.
@@ -37,5 +39,37 @@ func TestStopStart(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(ctx, "SELECT n FROM kept").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("after a restart: %d, %v; want the row kept", n, err)
+	}
+}
+
+// TestDurable checks what each server flushes: the tests' server skips
+// fsync, and a durable one runs as deployed.
+func TestDurable(t *testing.T) {
+	durable, err := StartWith(redistest.FreePort(t), Options{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(durable.Close)
+	want := map[*Server]string{New(t): "off", durable: "on"}
+	ctx := context.Background()
+	for s, value := range want {
+		conn, err := pgx.Connect(ctx, s.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, setting := range []string{"fsync", "full_page_writes", "synchronous_commit"} {
+			want := value
+			if setting == "synchronous_commit" {
+				want = "on" // on in both: off, a Stop would lose commits
+			}
+			var got string
+			if err := conn.QueryRow(ctx, "SHOW "+setting).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("durable=%v: %s = %s, want %s", s.opts.Durable, setting, got, want)
+			}
+		}
+		conn.Close(ctx)
 	}
 }

@@ -1,18 +1,27 @@
 // Command bench is webhook-dedup's load benchmark: on loopback, it measures
 // the upstream alone, a plain httputil.ReverseProxy, nginx and webhook-dedup
-// (embedded store, DATA_DIR, Redis and PostgreSQL; unique, duplicate and
-// header-sourced events, with and without the cache, sync and async) side by
-// side, interleaved and repeated, and prints a Markdown table.
+// (embedded store, DATA_DIR, Redis and PostgreSQL, the latter with fsync off
+// and as deployed; unique, duplicate and header-sourced events, with and
+// without the cache, sync and async, and each event sent 3×) side by side,
+// with Hookaido as a peer when one is at hand, interleaved and repeated, and
+// prints Markdown tables. On the rows that queue (async, Hookaido) it also
+// times the delivery of the backlog, and has a paced sender offer half the
+// accepted rate to see whether deliveries keep up with the intake.
 //
 // Servers are pinned to one core and wrk to another, so the load generator
 // never competes with what it measures. It prints numbers; it asserts
 // nothing.
 //
-//	go run ./test/bench            # full run (3 repeats), about 12 minutes
-//	go run ./test/bench -quick     # one short repeat, about two minutes
+//	go run ./test/bench            # full run (3 repeats), about 20 minutes
+//	go run ./test/bench -quick     # one short repeat, about four minutes
+//	HOOKAIDO_BIN=/path/to/hookaido go run ./test/bench -quick -only hookaido
+//	HOOKAIDO_SRC=/path/to/hookaido-src go run ./test/bench   # built with go build ./cmd/hookaido
 //
 // test/bench/run.sh installs wrk, nginx, redis-server and PostgreSQL first
-// when missing. PostgreSQL is started as the tests start it (internal/pgtest).
+// when missing. PostgreSQL is started as the tests start it (internal/pgtest),
+// with fsync off, or as deployed on the rows named fsync=on. Without
+// HOOKAIDO_BIN or HOOKAIDO_SRC, Hookaido's rows are skipped, and the report
+// says so; nothing is downloaded.
 package main
 
 import (
@@ -39,6 +48,8 @@ func main() {
 		err = runUpstream(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "goproxy":
 		err = runGoProxy(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "pace":
+		err = runPace(os.Args[2:])
 	default:
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -72,7 +83,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "one repeat of short runs (about two minutes): a smoke test, not numbers to quote")
+	quick := fs.Bool("quick", false, "one repeat of short runs (about four minutes): a smoke test, not numbers to quote")
 	fs.IntVar(&o.repeats, "repeats", 3, "repeats; each runs every configuration once, in rotating order")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each 32-connection measurement (whole seconds)")
 	fs.DurationVar(&o.latencyDur, "latency-duration", 3*time.Second, "length of each 1-connection measurement (whole seconds)")
@@ -85,7 +96,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		defaultNice = -10
 	}
 	fs.IntVar(&o.nice, "nice", defaultNice, "nice value for the servers and wrk (negative needs root): a shared machine's other work then disturbs the measurement less; 0 leaves it")
-	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this, in any case: postgres, cache_size, async (the baselines always run)")
+	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this, in any case: postgres, fsync=on, cache_size, async, hookaido, \"sent 3\" (the baselines always run)")
 	fs.StringVar(&o.bin, "bin", "", "webhook-dedup binary to measure; empty: go build the module")
 	fs.StringVar(&o.before, "before", "", "another webhook-dedup binary (an older build) whose rows run interleaved with the others, named \"before, ...\"")
 	fs.StringVar(&o.raw, "raw", "", "append one JSON line per run to this file")
@@ -168,9 +179,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		raw = f
 	}
 
-	b := &bench{opts: o, tmp: tmp, self: self, bin: bin, before: o.before, nginx: tools["nginx"], stderr: stderr}
-	configs := selectConfigs(o.only, o.before != "")
+	peer, peerNote, err := findHookaido(tmp, stderr)
+	if err != nil {
+		return err
+	}
+
+	b := &bench{opts: o, tmp: tmp, self: self, bin: bin, before: o.before, nginx: tools["nginx"], peer: peer, stderr: stderr}
+	configs := selectConfigs(o.only, o.before != "", peer != nil)
 	machine := describeMachine(tools["nginx"])
+	machine.tmpFS = fsType(tmp)
+	if peer != nil {
+		machine.peer = peer.version
+	} else if len(selectConfigs(o.only, o.before != "", true)) > len(configs) {
+		machine.peerSkipped = peerNote
+	}
 	start := time.Now()
 	results := map[string][]result{}
 	for rep := range o.repeats {
@@ -228,7 +250,12 @@ func reportFrom(o options, stdout io.Writer) error {
 	}
 	o.repeats = repeats
 	m := describeMachine("nginx")
-	m.loadBefore, m.loadAfter = "unknown", "unknown"
+	m.loadBefore, m.loadAfter, m.tmpFS = "unknown", "unknown", "a file system not recorded"
+	for _, c := range configs {
+		if c.server == hookaido {
+			m.peer = results[c.name][0].Peer
+		}
+	}
 	report(stdout, o, m, configs, results)
 	return nil
 }

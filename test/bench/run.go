@@ -27,6 +27,7 @@ const (
 	goProxy
 	nginxProxy
 	webhookDedup
+	hookaido // the peer (hookaido.go)
 )
 
 // store is the store webhook-dedup runs on.
@@ -55,13 +56,45 @@ type config struct {
 	cache  int   // webhook-dedup's CACHE_SIZE; 0: no cache
 	async  bool  // DELIVERY=async: the sender is answered 202 once queued
 	slow   bool  // the app takes slowAppDelay per request
-	load   load
+	// durable runs PostgreSQL as deployed (fsync, synchronous_commit and
+	// full_page_writes on), not as the tests run it (fsync off).
+	durable bool
+	load    load
 	// logLevel is webhook-dedup's LOG_LEVEL: info logs one JSON line per
 	// webhook to a file; warn logs none of them.
 	logLevel string
 	// before runs the -before binary instead of the one measured.
 	before bool
 }
+
+// baseline reports whether c always runs, whatever -only says: the rows
+// the others are compared with.
+func (c config) baseline() bool {
+	return (c.server == upstreamAlone || c.server == goProxy || c.server == nginxProxy) && c.load == uniqueJSON
+}
+
+// queues reports whether the server answers before the app has the event
+// (webhook-dedup's async routes, Hookaido), leaving a backlog to deliver.
+func (c config) queues() bool { return c.async || c.server == hookaido }
+
+// paced reports whether the run measures delivery during intake too: on a
+// queueing server, a fast app and first-seen events.
+func (c config) paced() bool { return c.queues() && !c.slow && c.load == uniqueJSON }
+
+// countsIDs reports whether the upstream counts distinct event IDs: on the
+// rows that send each event 3×, to count the app's copies per event.
+func (c config) countsIDs() bool { return c.load == thriceJSON }
+
+// storeLabel names c's store in its row.
+func (c config) storeLabel() string {
+	if c.durable {
+		return c.store.String() + " " + fsyncOn
+	}
+	return c.store.String()
+}
+
+// fsyncOn marks the rows of a PostgreSQL as deployed.
+const fsyncOn = "fsync=on"
 
 // cacheSize is CACHE_SIZE in the rows that measure the cache: far more
 // entries than the rows' duplicates need.
@@ -74,27 +107,35 @@ const (
 	nameNginx    = "nginx proxy_pass, keepalive"
 )
 
+// Names of the peer's rows.
+const (
+	nameHookaido       = "Hookaido, unique JSON"
+	nameHookaidoThrice = "Hookaido, unique JSON, each sent 3×"
+	nameGoProxyThrice  = "Go httputil.ReverseProxy, unique JSON, each sent 3×"
+)
+
 func allConfigs(before bool) []config {
 	cs := []config{
 		{name: nameUpstream, server: upstreamAlone, load: uniqueJSON},
 		{name: nameGoProxy, server: goProxy, load: uniqueJSON},
 		{name: nameNginx, server: nginxProxy, load: uniqueJSON},
 	}
-	dedup := func(s store, l load, what string) config {
-		name := "webhook-dedup, " + s.String() + ", " + l.String() + what
-		return config{name: name, server: webhookDedup, store: s, load: l, logLevel: "info"}
+	dedup := func(c config, what string) config {
+		c.name = "webhook-dedup, " + c.storeLabel() + ", " + c.load.String() + what
+		c.server, c.logLevel = webhookDedup, "info"
+		return c
 	}
+	on := func(s store, l load) config { return dedup(config{store: s, load: l}, "") }
 	for _, s := range []store{embedded, redisStore} {
 		for _, l := range []load{uniqueJSON, duplicateJSON, uniqueHeader} {
-			cs = append(cs, dedup(s, l, ""))
+			cs = append(cs, on(s, l))
 		}
 	}
 	// The cache in front of a store: duplicates answered from the
 	// proxy's memory rather than by a round trip to the store.
-	cached := func(s store) config {
-		c := dedup(s, duplicateJSON, fmt.Sprintf(", CACHE_SIZE=%d", cacheSize))
+	cached := func(c config) config {
 		c.cache = cacheSize
-		return c
+		return dedup(c, fmt.Sprintf(", CACHE_SIZE=%d", cacheSize))
 	}
 	async := func(c config) config {
 		c.name += ", async"
@@ -106,28 +147,41 @@ func allConfigs(before bool) []config {
 		c.slow = true
 		return c
 	}
-	cs = append(cs, cached(redisStore))
+	cs = append(cs, cached(config{store: redisStore, load: duplicateJSON}))
 	// PostgreSQL: first-seen events, duplicates without and with the
-	// cache, and async's accept path.
-	cs = append(cs,
-		dedup(postgresStore, uniqueJSON, ""),
-		dedup(postgresStore, duplicateJSON, ""),
-		cached(postgresStore),
-		async(dedup(postgresStore, uniqueJSON, "")),
-	)
+	// cache, and async's accept path; as the tests run it (fsync off),
+	// then as deployed (each commit flushed to the disk).
+	for _, durable := range []bool{false, true} {
+		pg := func(l load) config { return config{store: postgresStore, load: l, durable: durable} }
+		cs = append(cs,
+			dedup(pg(uniqueJSON), ""),
+			dedup(pg(duplicateJSON), ""),
+			cached(pg(duplicateJSON)),
+			async(dedup(pg(uniqueJSON), "")),
+		)
+	}
 	// Async delivery: its accept path against the sync path on a fast app,
 	// then a slow app behind sync and async routes (the sender's answer
 	// time, and the events accepted per second).
 	cs = append(cs,
-		async(dedup(redisStore, uniqueJSON, "")),
-		dedup(dataDir, uniqueJSON, ""),
-		async(dedup(dataDir, uniqueJSON, "")),
-		slow(dedup(redisStore, uniqueJSON, "")),
-		async(slow(dedup(redisStore, uniqueJSON, ""))),
-		async(slow(dedup(dataDir, uniqueJSON, ""))),
+		async(on(redisStore, uniqueJSON)),
+		on(dataDir, uniqueJSON),
+		async(on(dataDir, uniqueJSON)),
+		slow(on(redisStore, uniqueJSON)),
+		async(slow(on(redisStore, uniqueJSON))),
+		async(slow(on(dataDir, uniqueJSON))),
+	)
+	// The peer, on the same events as the async rows, and every proxy
+	// with each event sent 3×: how many copies reach the app.
+	cs = append(cs,
+		config{name: nameHookaido, server: hookaido, load: uniqueJSON},
+		config{name: nameHookaidoThrice, server: hookaido, load: thriceJSON},
+		config{name: nameGoProxyThrice, server: goProxy, load: thriceJSON},
+		async(on(dataDir, thriceJSON)),
+		async(on(redisStore, thriceJSON)),
 	)
 	// What the per-webhook log line costs.
-	quiet := dedup(redisStore, uniqueJSON, ", LOG_LEVEL=warn")
+	quiet := dedup(config{store: redisStore, load: uniqueJSON}, ", LOG_LEVEL=warn")
 	quiet.logLevel = "warn"
 	cs = append(cs, quiet)
 	if before {
@@ -143,11 +197,15 @@ func allConfigs(before bool) []config {
 }
 
 // selectConfigs keeps the baselines and the configurations whose name
-// contains only, in any case (-only postgres finds the PostgreSQL rows).
-func selectConfigs(only string, before bool) []config {
+// contains only, in any case (-only postgres finds the PostgreSQL rows),
+// and drops Hookaido's when the bench has none.
+func selectConfigs(only string, before, peer bool) []config {
 	var out []config
 	for _, c := range allConfigs(before) {
-		if c.server != webhookDedup || strings.Contains(strings.ToLower(c.name), strings.ToLower(only)) {
+		if c.server == hookaido && !peer {
+			continue
+		}
+		if c.baseline() || strings.Contains(strings.ToLower(c.name), strings.ToLower(only)) {
 			out = append(out, c)
 		}
 	}
@@ -172,9 +230,40 @@ type result struct {
 	// Outcomes counts webhook-dedup's X-Webhook-Dedup outcomes over the
 	// server's life, from /metrics: a check that the load did what it says.
 	Outcomes map[string]int64 `json:"outcomes,omitempty"`
-	// Drained is how long an async run's backlog took to be delivered
+	// Drained is how long a queueing run's backlog took to be delivered
 	// after the 32-connection run, before the one-connection run.
 	Drained time.Duration `json:"drained_ns,omitempty"`
+	// Delivered is how many requests the app received during the
+	// 32-connection run: on a queueing row, the deliveries made while
+	// the intake went on.
+	Delivered int64 `json:"delivered,omitempty"`
+	// Paced is the run at half the accept rate, on a queueing row.
+	Paced *paceResult `json:"paced,omitempty"`
+	// On the rows that send each event 3×, once the backlog is
+	// delivered: how many events the 32-connection run certainly sent 3×
+	// (those of its whole blocks of 3 × copySpread requests), how many of
+	// them the app received, and its requests for them.
+	Thrice        int64 `json:"thrice,omitempty"`
+	ThriceReached int64 `json:"thrice_reached,omitempty"`
+	ThriceCopies  int64 `json:"thrice_copies,omitempty"`
+	// Peer is the version of Hookaido, on its rows.
+	Peer string `json:"peer,omitempty"`
+}
+
+// copies is the app's requests per event sent 3× that it received.
+func (r result) copies() float64 {
+	if r.ThriceReached == 0 {
+		return 0
+	}
+	return float64(r.ThriceCopies) / float64(r.ThriceReached)
+}
+
+// deliveredRate is the app's requests per second during the 32-connection run.
+func (r result) deliveredRate() float64 {
+	if r.Load.DurationUS == 0 {
+		return 0
+	}
+	return float64(r.Delivered) / (float64(r.Load.DurationUS) / 1e6)
 }
 
 // UnmarshalJSON also reads the -raw files of older runs, which named the
@@ -203,6 +292,15 @@ func (r result) note() string {
 	for _, k := range sortedKeys(r.Outcomes) {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, r.Outcomes[k]))
 	}
+	if r.Drained > 0 {
+		parts = append(parts, fmt.Sprintf("%.0f delivered/s during intake, drained in %s", r.deliveredRate(), seconds(r.Drained)))
+	}
+	if p := r.Paced; p != nil {
+		parts = append(parts, fmt.Sprintf("paced at %.0f/s: %.0f accepted/s, %.0f delivered/s, drained in %s", p.Rate, p.acceptedRate(), p.deliveredRate(), seconds(p.Drained)))
+	}
+	if r.Thrice > 0 {
+		parts = append(parts, fmt.Sprintf("%.2f copies at the app per event sent 3× (%d of %d events reached it)", r.copies(), r.ThriceReached, r.Thrice))
+	}
 	if len(parts) == 0 {
 		return ""
 	}
@@ -217,7 +315,25 @@ type bench struct {
 	bin    string // webhook-dedup
 	before string // webhook-dedup to compare with; empty: none
 	nginx  string // the nginx executable
+	peer   *peer  // Hookaido; nil: none
 	stderr io.Writer
+}
+
+// startFunc starts a server of a run.
+type startFunc func(name string, env []string, argv ...string) (*proc, error)
+
+// target is the server wrk talks to, with what the run reads of it.
+type target struct {
+	proc       *proc
+	addr       string
+	storeProc  measured // zero: no store server
+	metricsURL string   // empty: none
+	// queued reads how many events a queueing server has taken on to
+	// deliver (its own count: wrk does not count the answers it cut off
+	// at the end of a run); outcomes reads its counters. Nil when it has
+	// none.
+	queued   func() (int64, error)
+	outcomes func() (map[string]int64, error)
 }
 
 // runOne starts fresh servers for c, warms them up, measures and stops them.
@@ -252,6 +368,9 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	if c.slow {
 		upArgs = append(upArgs, "-delay", slowAppDelay.String())
 	}
+	if c.countsIDs() {
+		upArgs = append(upArgs, "-ids")
+	}
 	up, err := start("upstream", baseEnv, upArgs...)
 	if err != nil {
 		return res, err
@@ -259,117 +378,43 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	if err := waitHTTP(up, "http://"+upAddr+"/", http.StatusOK); err != nil {
 		return res, err
 	}
+	countURL := "http://" + upAddr + countPath
 
-	var target *proc
-	var storeProc measured // zero: no store server
-	var metricsURL string
+	var t target
+	switch c.server {
+	case upstreamAlone:
+		t = target{proc: up, addr: upAddr}
+	case goProxy:
+		t, err = b.startGoProxy(upAddr, baseEnv, start)
+	case nginxProxy:
+		t, err = b.startNginx(dir, upAddr, baseEnv, start)
+	case webhookDedup:
+		t, err = b.startDedup(c, dir, upAddr, baseEnv, start, &stops)
+	case hookaido:
+		t, err = b.startHookaido(dir, upAddr, baseEnv, start)
+		if err == nil {
+			res.Peer = b.peer.version
+		}
+	}
+	if err != nil {
+		return res, err
+	}
+
 	path := "/stripe"
 	if c.load == uniqueHeader {
 		path = "/github"
 	}
-	addr := upAddr
-	switch c.server {
-	case upstreamAlone:
-		target = up
-	case goProxy:
-		if addr, err = freeAddr(); err != nil {
-			return res, err
-		}
-		if target, err = start("goproxy", baseEnv, b.self, "goproxy", "-listen", addr, "-upstream", "http://"+upAddr); err != nil {
-			return res, err
-		}
-		if err := waitHTTP(target, "http://"+addr+"/", http.StatusOK); err != nil {
-			return res, err
-		}
-	case nginxProxy:
-		if addr, err = freeAddr(); err != nil {
-			return res, err
-		}
-		conf, err := writeNginxConf(dir, addr, upAddr)
-		if err != nil {
-			return res, err
-		}
-		if target, err = start("nginx", baseEnv, b.nginx, "-p", dir, "-e", filepath.Join(dir, "nginx-error.log"), "-c", conf, "-g", "daemon off;"); err != nil {
-			return res, err
-		}
-		if err := waitHTTP(target, "http://"+addr+"/", http.StatusOK); err != nil {
-			return res, err
-		}
-	case webhookDedup:
-		env := append(baseEnv,
-			"UPSTREAM_URL=http://"+upAddr,
-			"ROUTES=/stripe=stripe,/github=github",
-			"LOG_LEVEL="+c.logLevel,
-			"LOG_FORMAT=json",
-		)
-		switch c.store {
-		case redisStore:
-			redisAddr, err := freeAddr()
-			if err != nil {
-				return res, err
-			}
-			_, port, _ := strings.Cut(redisAddr, ":")
-			redis, err := start("redis", baseEnv, "redis-server", "--port", port, "--bind", "127.0.0.1",
-				"--save", "", "--appendonly", "no", "--dir", dir)
-			if err != nil {
-				return res, err
-			}
-			if err := redistest.WaitPing(redisAddr, 10*time.Second); err != nil {
-				return res, err
-			}
-			storeProc = redis.measured()
-			env = append(env, "REDIS_URL=redis://"+redisAddr)
-		case postgresStore:
-			pg, err := b.startPostgres()
-			if err != nil {
-				return res, err
-			}
-			stops = append(stops, pg.Close)
-			storeProc = measured{name: "postgres", pid: pg.PID()}
-			env = append(env, "DATABASE_URL="+pg.URL("postgres"))
-		case dataDir:
-			env = append(env, "DATA_DIR="+filepath.Join(dir, "data"))
-		}
-		if c.cache > 0 {
-			env = append(env, "CACHE_SIZE="+strconv.Itoa(c.cache))
-		}
-		if c.async {
-			// The load is unsigned, as on the sync runs, which verify
-			// nothing either: the bench measures the proxy, not HMACs.
-			env = append(env, "DELIVERY=async", "ALLOW_UNVERIFIED_ASYNC=true")
-		}
-		if addr, err = freeAddr(); err != nil {
-			return res, err
-		}
-		adminAddr, err := freeAddr()
-		if err != nil {
-			return res, err
-		}
-		env = append(env, "LISTEN_ADDR="+addr, "ADMIN_ADDR="+adminAddr)
-		// stderr, the JSON log, goes to a file (webhook-dedup.log), as it
-		// would to a container runtime's log pipe.
-		bin := b.bin
-		if c.before {
-			bin = b.before
-		}
-		if target, err = start("webhook-dedup", env, bin); err != nil {
-			return res, err
-		}
-		metricsURL = "http://" + adminAddr + "/metrics"
-		if err := waitHTTP(target, "http://"+adminAddr+"/readyz", http.StatusOK); err != nil {
-			return res, err
-		}
-	}
-
-	url := "http://" + addr + path
+	url := "http://" + t.addr + path
 	runNonce := nonce()
 	dupID := "evt_dup_" + runNonce
-	wrkRun := func(conns int, d time.Duration) (wrkResult, error) {
+	place := func(argv ...string) []string { return placed(b.opts.loadCPUs, b.opts.nice, argv...) }
+	// Each wrk run has a nonce of its own, which keeps unique events
+	// unique across runs.
+	wrkRun := func(conns int, d time.Duration, nonce string) (wrkResult, error) {
 		if err := ctx.Err(); err != nil {
 			return wrkResult{}, err
 		}
-		place := func(argv ...string) []string { return placed(b.opts.loadCPUs, b.opts.nice, argv...) }
-		return runWrk(dir, place, url, conns, d, script(c.load, path, nonce(), dupID))
+		return runWrk(dir, place, url, conns, d, script(c.load, path, nonce, dupID))
 	}
 	if c.load == duplicateJSON {
 		// The first copy, alone: every copy wrk sends is then a duplicate
@@ -379,64 +424,221 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		}
 	}
 	// Warm up: connections, pools, the heap.
-	if _, err := wrkRun(b.opts.conns, b.opts.warmup); err != nil {
+	if _, err := wrkRun(b.opts.conns, b.opts.warmup, nonce()); err != nil {
 		return res, err
 	}
-	before, err := usages(target.measured(), storeProc, up.measured())
+	before, err := usages(t.proc.measured(), t.storeProc, up.measured())
 	if err != nil {
 		return res, err
 	}
-	if res.Load, err = wrkRun(b.opts.conns, b.opts.duration); err != nil {
+	appBefore, err := countApp(countURL)
+	if err != nil {
 		return res, err
 	}
-	after, err := usages(target.measured(), storeProc, up.measured())
+	loadNonce := nonce()
+	if res.Load, err = wrkRun(b.opts.conns, b.opts.duration, loadNonce); err != nil {
+		return res, err
+	}
+	appAfter, err := countApp(countURL)
+	if err != nil {
+		return res, err
+	}
+	after, err := usages(t.proc.measured(), t.storeProc, up.measured())
 	if err != nil {
 		return res, err
 	}
 	res.ServerCPU = after[0].cpu - before[0].cpu
 	res.StoreCPU = after[1].cpu - before[1].cpu
-	if target != up {
+	if t.proc != up {
 		res.UpstreamCPU = after[2].cpu - before[2].cpu
 	}
-	if c.async && !c.slow {
+	res.Delivered = appAfter.Requests - appBefore.Requests
+	if c.queues() && !c.slow {
 		// The 32-connection run leaves a backlog that the workers deliver
 		// afterwards: measured during it, the one-connection latency would
 		// be that of a busy core, not of the accept path. (Behind the slow
 		// app the backlog would take minutes to deliver, at
 		// DELIVERY_CONCURRENCY per 200 ms, but its deliveries mostly wait:
 		// they leave the core to the accept path.)
-		if res.Drained, err = drainQueue(ctx, metricsURL, drainFor); err != nil {
+		if res.Drained, err = drain(ctx, countURL, t.queued); err != nil {
 			return res, err
 		}
 	}
-	if res.Single, err = wrkRun(1, b.opts.latencyDur); err != nil {
+	if c.paced() {
+		if res.Paced, err = b.pace(ctx, url, countURL, res.Load.acceptedRate()/2, t.queued); err != nil {
+			return res, err
+		}
+	}
+	if c.countsIDs() {
+		// wrk had answers to Requests requests, so it sent at least the
+		// first Requests: every event of their whole blocks went 3 times.
+		res.Thrice = res.Load.Requests / (3 * copySpread) * copySpread
+		n, err := countApp(fmt.Sprintf("%s?nonce=%s&below=%d", countURL, loadNonce, res.Thrice))
+		if err != nil {
+			return res, err
+		}
+		res.ThriceReached, res.ThriceCopies = n.Reached, n.Copies
+	}
+	if res.Single, err = wrkRun(1, b.opts.latencyDur, nonce()); err != nil {
 		return res, err
 	}
-	final, err := usages(target.measured())
+	final, err := usages(t.proc.measured())
 	if err != nil {
 		return res, err
 	}
 	res.PeakRSS = final[0].peak
-	if metricsURL != "" {
-		res.Outcomes, err = outcomes(metricsURL)
+	if t.outcomes != nil {
+		res.Outcomes, err = t.outcomes()
 	}
 	return res, err
 }
 
-// drainFor bounds the wait for an async run's backlog to be delivered.
+// pace offers first-seen events at rate (half what the 32-connection run
+// accepted) for the measurement's duration, counting the deliveries made
+// meanwhile, then waits for the backlog.
+func (b *bench) pace(ctx context.Context, url, countURL string, rate float64, queued func() (int64, error)) (*paceResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if rate < 1 {
+		return nil, fmt.Errorf("nothing to pace: the 32-connection run accepted %.1f events/s", 2*rate)
+	}
+	place := func(argv ...string) []string { return placed(b.opts.loadCPUs, b.opts.nice, argv...) }
+	p, err := runPacer(b.self, place, url, countURL, rate, b.opts.duration, b.opts.conns)
+	if err != nil {
+		return nil, err
+	}
+	p.Drained, err = drain(ctx, countURL, queued)
+	return &p, err
+}
+
+// startGoProxy starts the plain Go proxy in front of the upstream.
+func (b *bench) startGoProxy(upAddr string, env []string, start startFunc) (target, error) {
+	var t target
+	var err error
+	if t.addr, err = freeAddr(); err != nil {
+		return t, err
+	}
+	if t.proc, err = start("goproxy", env, b.self, "goproxy", "-listen", t.addr, "-upstream", "http://"+upAddr); err != nil {
+		return t, err
+	}
+	return t, waitHTTP(t.proc, "http://"+t.addr+"/", http.StatusOK)
+}
+
+// startNginx starts nginx in front of the upstream, its files in dir.
+func (b *bench) startNginx(dir, upAddr string, env []string, start startFunc) (target, error) {
+	var t target
+	var err error
+	if t.addr, err = freeAddr(); err != nil {
+		return t, err
+	}
+	conf, err := writeNginxConf(dir, t.addr, upAddr)
+	if err != nil {
+		return t, err
+	}
+	if t.proc, err = start("nginx", env, b.nginx, "-p", dir, "-e", filepath.Join(dir, "nginx-error.log"), "-c", conf, "-g", "daemon off;"); err != nil {
+		return t, err
+	}
+	return t, waitHTTP(t.proc, "http://"+t.addr+"/", http.StatusOK)
+}
+
+// startDedup starts webhook-dedup, and its store's server if it has one,
+// in front of the upstream; what stops the store goes on stops.
+func (b *bench) startDedup(c config, dir, upAddr string, baseEnv []string, start startFunc, stops *[]func()) (target, error) {
+	var t target
+	env := append(baseEnv,
+		"UPSTREAM_URL=http://"+upAddr,
+		"ROUTES=/stripe=stripe,/github=github",
+		"LOG_LEVEL="+c.logLevel,
+		"LOG_FORMAT=json",
+	)
+	switch c.store {
+	case redisStore:
+		redisAddr, err := freeAddr()
+		if err != nil {
+			return t, err
+		}
+		_, port, _ := strings.Cut(redisAddr, ":")
+		redis, err := start("redis", baseEnv, "redis-server", "--port", port, "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir)
+		if err != nil {
+			return t, err
+		}
+		if err := redistest.WaitPing(redisAddr, 10*time.Second); err != nil {
+			return t, err
+		}
+		t.storeProc = redis.measured()
+		env = append(env, "REDIS_URL=redis://"+redisAddr)
+	case postgresStore:
+		pg, err := b.startPostgres(c.durable)
+		if err != nil {
+			return t, err
+		}
+		*stops = append(*stops, pg.Close)
+		t.storeProc = measured{name: "postgres", pid: pg.PID()}
+		env = append(env, "DATABASE_URL="+pg.URL("postgres"))
+	case dataDir:
+		env = append(env, "DATA_DIR="+filepath.Join(dir, "data"))
+	}
+	if c.cache > 0 {
+		env = append(env, "CACHE_SIZE="+strconv.Itoa(c.cache))
+	}
+	if c.async {
+		// The load is unsigned, as on the sync runs, which verify
+		// nothing either: the bench measures the proxy, not HMACs.
+		env = append(env, "DELIVERY=async", "ALLOW_UNVERIFIED_ASYNC=true")
+	}
+	var err error
+	if t.addr, err = freeAddr(); err != nil {
+		return t, err
+	}
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return t, err
+	}
+	env = append(env, "LISTEN_ADDR="+t.addr, "ADMIN_ADDR="+adminAddr)
+	// stderr, the JSON log, goes to a file (webhook-dedup.log), as it
+	// would to a container runtime's log pipe.
+	bin := b.bin
+	if c.before {
+		bin = b.before
+	}
+	if t.proc, err = start("webhook-dedup", env, bin); err != nil {
+		return t, err
+	}
+	t.metricsURL = "http://" + adminAddr + "/metrics"
+	t.queued = func() (int64, error) {
+		n, err := outcomes(t.metricsURL)
+		return n["queued"], err
+	}
+	t.outcomes = func() (map[string]int64, error) { return outcomes(t.metricsURL) }
+	return t, waitHTTP(t.proc, "http://"+adminAddr+"/readyz", http.StatusOK)
+}
+
+// drainFor bounds the wait for a backlog to be delivered.
 const drainFor = 2 * time.Minute
 
-// drainQueue waits until the proxy's async queue is empty (its
-// webhook_dedup_queue_depth gauge reads 0), and returns how long that took.
-func drainQueue(ctx context.Context, metricsURL string, limit time.Duration) (time.Duration, error) {
+// drain waits until a queueing server has delivered its backlog, and
+// returns how long that took: until the app has received as many requests
+// as the server has queued events. (Its queue's gauge would read empty
+// later: the record of a delivery is settled after the app's answer,
+// written in batches. And the sender's own count of 2xx answers misses
+// the events of the requests wrk cut off at the end of a run, queued but
+// never answered to it.)
+func drain(ctx context.Context, countURL string, queued func() (int64, error)) (time.Duration, error) {
 	start := time.Now()
+	var want, got int64
 	for {
-		depth, err := metricValue(metricsURL, "webhook_dedup_queue_depth")
-		if err == nil && depth == 0 {
+		n, err := countApp(countURL)
+		got = n.Requests
+		if err == nil {
+			want, err = queued()
+		}
+		if err == nil && got >= want {
 			return time.Since(start), nil
 		}
-		if time.Since(start) > limit {
-			return 0, fmt.Errorf("the async queue still held %v events after %s (last error: %v)", depth, limit, err)
+		if time.Since(start) > drainFor {
+			return 0, fmt.Errorf("waited %s for the app to receive the %d events queued: it has %d (last error: %v)", drainFor, want, got, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -446,7 +648,8 @@ func drainQueue(ctx context.Context, metricsURL string, limit time.Duration) (ti
 	}
 }
 
-// metricValue reads one unlabelled sample from a /metrics page.
+// metricValue reads one sample from a /metrics page: name is the metric's
+// name and, if it has any, its labels as the page spells them.
 func metricValue(url, name string) (float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -469,10 +672,10 @@ func metricValue(url, name string) (float64, error) {
 const slowAppDelay = 200 * time.Millisecond
 
 // startPostgres starts a PostgreSQL server of its own (initdb, then
-// postgres on loopback, as the tests run it: fsync off, so commits reach
-// the kernel but not the disk) and places it on the servers' CPUs at
-// their nice value, as the other servers are.
-func (b *bench) startPostgres() (*pgtest.Server, error) {
+// postgres on loopback: as the tests run it, fsync off, so commits reach
+// the kernel but not the disk; durable, as deployed) and places it on the
+// servers' CPUs at their nice value, as the other servers are.
+func (b *bench) startPostgres(durable bool) (*pgtest.Server, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -482,7 +685,7 @@ func (b *bench) startPostgres() (*pgtest.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg, err := pgtest.Start(port)
+	pg, err := pgtest.StartWith(port, pgtest.Options{Durable: durable})
 	if err != nil {
 		return nil, err
 	}

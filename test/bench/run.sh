@@ -2,7 +2,9 @@
 # Runs the load benchmark (go run ./test/bench), first installing what it
 # drives from Debian when missing: wrk, nginx, redis-server, postgresql (its
 # rows run initdb and postgres themselves) and taskset (from util-linux).
-# Arguments go to the benchmark: run.sh -quick, run.sh -only postgres
+# Arguments go to the benchmark: run.sh -quick, run.sh -only postgres.
+# Hookaido's rows run when HOOKAIDO_BIN names its binary or HOOKAIDO_SRC
+# its source (built there with go build ./cmd/hookaido); nothing installs it.
 set -eu
 cd "$(dirname "$0")/../.."
 missing=""

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -8,6 +10,10 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,17 +21,28 @@ import (
 // and `bench goproxy` run them as separate processes, so each can be pinned
 // and measured like webhook-dedup and nginx.
 
-// runUpstream is the app: it reads the whole body and answers 200.
+// runUpstream is the app: it reads the whole body and answers 200. It
+// counts what it received (countPath), so that the bench can time the
+// delivery of an async proxy's backlog and count the copies of each event.
 func runUpstream(args []string) error {
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
 	delay := fs.Duration("delay", 0, "how long the app works on each request (a slow app)")
+	ids := fs.Bool("ids", false, "count the distinct event IDs received too (a map insert per request)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ok := []byte("ok\n")
+	var c appCounter
+	if *ids {
+		c.ids = map[string]int64{}
+	}
 	return serve(*listen, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		if r.URL.Path == countPath {
+			c.serve(w, r)
+			return
+		}
+		if err := c.read(r); err != nil {
 			return
 		}
 		if *delay > 0 {
@@ -40,6 +57,97 @@ func runUpstream(args []string) error {
 		w.Header()["Content-Type"] = []string{"text/plain"}
 		_, _ = w.Write(ok)
 	}))
+}
+
+// countPath is where the upstream answers its appCount.
+const countPath = "/_bench/count"
+
+// appCount is what the upstream has received.
+type appCount struct {
+	Requests int64 `json:"requests"` // every POST
+	// Of the events evt_<nonce>_<i>, i < below, that the query names:
+	// how many the app received, and its requests for them.
+	Reached int64 `json:"reached,omitempty"`
+	Copies  int64 `json:"copies,omitempty"`
+}
+
+// appCounter counts the upstream's POSTs with an atomic add, which costs
+// the baselines nothing measurable, and, when ids is not nil, the
+// requests for each event ID.
+type appCounter struct {
+	requests atomic.Int64
+	mu       sync.Mutex
+	ids      map[string]int64
+}
+
+// read reads the body of r and counts it.
+func (c *appCounter) read(r *http.Request) error {
+	if r.Method != http.MethodPost {
+		_, err := io.Copy(io.Discard, r.Body)
+		return err
+	}
+	var id string
+	if c.ids != nil {
+		// The Stripe events begin with their ID: the head of the body
+		// is enough, and the rest is read as the other rows read it.
+		var head [64]byte
+		n, _ := io.ReadFull(r.Body, head[:])
+		id = eventID(head[:n], r.Header)
+	}
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		return err
+	}
+	c.requests.Add(1)
+	if id != "" {
+		c.mu.Lock()
+		c.ids[id]++
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// serve answers the count; ?nonce=N&below=K adds what the app received
+// of the events evt_N_0 to evt_N_(K-1).
+func (c *appCounter) serve(w http.ResponseWriter, r *http.Request) {
+	prefix := "evt_" + r.URL.Query().Get("nonce") + "_"
+	below, _ := strconv.ParseInt(r.URL.Query().Get("below"), 10, 64)
+	c.mu.Lock()
+	n := appCount{Requests: c.requests.Load()}
+	for id, copies := range c.ids {
+		v, ok := strings.CutPrefix(id, prefix)
+		if i, err := strconv.ParseInt(v, 10, 64); ok && err == nil && i < below {
+			n.Reached++
+			n.Copies += copies
+		}
+	}
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(n)
+}
+
+// eventID is a Stripe-style event's ID from the head of its body, or a
+// GitHub-style one's from its header; empty when neither has one.
+func eventID(head []byte, h http.Header) string {
+	if rest, ok := bytes.CutPrefix(head, []byte(stripeHead)); ok {
+		if id, _, found := bytes.Cut(rest, []byte(`"`)); found {
+			return string(id)
+		}
+	}
+	return h.Get("X-GitHub-Delivery")
+}
+
+// countApp reads the upstream's appCount at url.
+func countApp(url string) (appCount, error) {
+	var n appCount
+	resp, err := http.Get(url)
+	if err != nil {
+		return n, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return n, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return n, json.NewDecoder(resp.Body).Decode(&n)
 }
 
 // runGoProxy is the floor a Go proxy cannot beat: httputil.ReverseProxy

@@ -23,11 +23,22 @@ const (
 	// uniqueHeader: GitHub-style events, the ID in X-GitHub-Delivery, new
 	// on every request; the body is never looked at.
 	uniqueHeader
+	// thriceJSON: Stripe-style events, each sent three times, copySpread
+	// requests apart, as a sender that retries (or delivers twice) does.
+	thriceJSON
 )
 
 func (l load) String() string {
-	return [...]string{"unique JSON", "duplicate JSON", "unique header"}[l]
+	return [...]string{"unique JSON", "duplicate JSON", "unique header", "unique JSON, each sent 3×"}[l]
 }
+
+// copySpread is how many requests apart thriceJSON sends the copies of an
+// event: twice the 32 connections, so that a copy is nearly always sent
+// after the previous one was answered (wrk keeps at most 32 in flight), yet
+// within milliseconds, while an async proxy still holds it queued. The
+// last blocks of a run send their events fewer times: at most copySpread
+// events a run.
+const copySpread = 64
 
 // stripeHead and stripeTail surround the event ID: together about 1 KB,
 // the size of a typical Stripe payment_intent event.
@@ -85,6 +96,18 @@ request = function()
   return wrk.format("POST", path, headers, head .. "evt_" .. nonce .. "_" .. n .. tail)
 end
 `)
+	case thriceJSON:
+		// Request n (from 0) carries copy n/spread%3 of event
+		// n/(3*spread)*spread + n%spread.
+		fmt.Fprintf(&b, `local n = 0
+local spread = %d
+local headers = {["Content-Type"] = "application/json", ["User-Agent"] = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"}
+request = function()
+  local id = math.floor(n / (3 * spread)) * spread + n %% spread
+  n = n + 1
+  return wrk.format("POST", path, headers, head .. "evt_" .. nonce .. "_" .. id .. tail)
+end
+`, copySpread)
 	case uniqueHeader:
 		b.WriteString(`local n = 0
 local headers = {["Content-Type"] = "application/json", ["User-Agent"] = "GitHub-Hookshot/044aadd",
@@ -125,6 +148,18 @@ func (r wrkResult) rps() float64 {
 }
 
 func (r wrkResult) errors() int64 { return r.Connect + r.Read + r.Write + r.Status + r.Timeout }
+
+// accepted is how many answers were 2xx (or 3xx, which no server here
+// sends): the events an async proxy took on.
+func (r wrkResult) accepted() int64 { return r.Requests - r.Status }
+
+// acceptedRate is accepted per second.
+func (r wrkResult) acceptedRate() float64 {
+	if r.DurationUS == 0 {
+		return 0
+	}
+	return float64(r.accepted()) / (float64(r.DurationUS) / 1e6)
+}
 
 // runWrk runs wrk with one thread and conns connections for d, placed
 // with place.
