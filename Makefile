@@ -82,6 +82,6 @@ fuzz:
 ci: lint test fuzz
 
 # The load benchmark (a tool that prints a table, not a test): installs wrk,
-# nginx, redis-server and postgresql when missing; about 12 minutes (ARGS=-repeats=5: 20). `make bench ARGS=-quick`.
+# nginx, redis-server and postgresql when missing; about 20 minutes (ARGS=-repeats=5: about 30). `make bench ARGS=-quick`.
 bench:
 	sh test/bench/run.sh $(ARGS)
