@@ -169,11 +169,17 @@ func procUsage(pid int) (usage, error) {
 	pids := append([]int{pid}, children(pid)...)
 	for _, p := range pids {
 		cpu, err := procCPU(p)
-		if err != nil {
-			return u, err
+		var peak int64
+		if err == nil {
+			peak, err = procPeakRSS(p)
 		}
-		peak, err := procPeakRSS(p)
-		if err != nil {
+		switch {
+		case err != nil && p != pid:
+			// A child that exited since it was listed (a PostgreSQL
+			// backend ending): gone, or a zombie without VmHWM. Its CPU
+			// joins the parent's once it is reaped.
+			continue
+		case err != nil:
 			return u, err
 		}
 		u.cpu += cpu
