@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,9 @@ import (
 // DISKSTORE_LOAD_CONNS sets the enqueuers (16), DISKSTORE_LOAD_WORKERS the
 // delivery slots (16, 0: no delivery), DISKSTORE_LOAD_PREFILL the events
 // written and completed before the run (0), to start from a grown file,
-// and DISKSTORE_LOAD_DIR the directory of the file (a temporary one).
+// DISKSTORE_LOAD_BACKLOG the events queued before it (0), whose delivery
+// frees their pages, and DISKSTORE_LOAD_DIR the directory of the file (a
+// temporary one).
 func TestLoad(t *testing.T) {
 	dur, err := time.ParseDuration(os.Getenv("DISKSTORE_LOAD"))
 	if err != nil {
@@ -42,6 +45,7 @@ func TestLoad(t *testing.T) {
 	conns := envInt(t, "DISKSTORE_LOAD_CONNS", 16)
 	workers := envInt(t, "DISKSTORE_LOAD_WORKERS", 16)
 	prefill := envInt(t, "DISKSTORE_LOAD_PREFILL", 0)
+	backlog := envInt(t, "DISKSTORE_LOAD_BACKLOG", 0)
 	dir := os.Getenv("DISKSTORE_LOAD_DIR")
 	if dir == "" {
 		dir = t.TempDir()
@@ -60,23 +64,24 @@ func TestLoad(t *testing.T) {
 		commitMu  sync.Mutex
 		commitDur []time.Duration
 		slow      []string
-		t00       = time.Now()
+		start     time.Time // of the run, once the store is filled
 	)
 	onCommit := func(writes int, took time.Duration) {
 		commitMu.Lock()
 		commitDur = append(commitDur, took)
 		if took > 20*time.Millisecond {
-			slow = append(slow, fmt.Sprintf("%.2fs: %d writes in %s", time.Since(t00).Seconds(), writes, took.Round(100*time.Microsecond)))
+			slow = append(slow, fmt.Sprintf("%.2fs: %d writes in %s", time.Since(start).Seconds(), writes, took.Round(100*time.Microsecond)))
 		}
 		commitMu.Unlock()
 	}
 
+	opening := time.Now()
 	d, err := Open(Config{Dir: dir, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("opened the file (%d MB) in %s", fileSize(t, dir)>>20, time.Since(opening).Round(time.Millisecond))
 	t.Cleanup(func() { _ = d.Close() })
-	d.onWrite, d.onCommit = onWrite, onCommit
 	ctx := context.Background()
 	body := []byte(strings.Repeat("x", 1024))
 	req := func() dedup.Request {
@@ -92,19 +97,23 @@ func TestLoad(t *testing.T) {
 	nonce := strconv.FormatInt(time.Now().UnixNano(), 36)
 	if prefill > 0 {
 		start := time.Now()
-		loadPrefill(t, d, nonce, req, prefill)
+		loadPrefill(t, d, nonce+"_pre", req, prefill, true)
 		t.Logf("prefill: %d events written and completed in %s", prefill, time.Since(start).Round(time.Millisecond))
 	}
-	txMu.Lock()
-	clear(calls)
-	txMu.Unlock()
+	if backlog > 0 {
+		start := time.Now()
+		loadPrefill(t, d, nonce+"_backlog", req, backlog, false)
+		t.Logf("backlog: %d events queued in %s", backlog, time.Since(start).Round(time.Millisecond))
+	}
 	size0 := fileSize(t, dir)
 	stats0 := d.db.Stats()
 
+	cpu0 := cpuTime()
 	seconds := int(dur/time.Second) + 2
 	accepted := make([]atomic.Int64, seconds)
 	nudge := make(chan struct{}, 1)
-	start := time.Now()
+	d.onWrite, d.onCommit = onWrite, onCommit // the run's writes, not the filling's
+	start = time.Now()
 	deadline := start.Add(dur)
 	var (
 		wg        sync.WaitGroup
@@ -136,6 +145,18 @@ func TestLoad(t *testing.T) {
 			latMu.Unlock()
 		})
 	}
+	freePages := make([]int, seconds)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for i := range freePages {
+			time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Second)))
+			if time.Now().After(deadline) {
+				return
+			}
+			freePages[i] = d.db.Stats().FreePageN
+		}
+	}()
 	stopDelivery := make(chan struct{})
 	var deliveries sync.WaitGroup
 	if workers > 0 {
@@ -194,19 +215,24 @@ func TestLoad(t *testing.T) {
 	elapsed := time.Since(start)
 	close(stopDelivery)
 	deliveries.Wait()
+	cpu := cpuTime() - cpu0
 
 	slices.Sort(latencies)
 	q := func(p float64) time.Duration {
 		return latencies[int(p*float64(len(latencies)-1))].Round(10 * time.Microsecond)
 	}
-	var perSecond []string
+	<-sampled
+	var perSecond, free []string
 	for i := range int(dur / time.Second) {
 		perSecond = append(perSecond, strconv.FormatInt(accepted[i].Load(), 10))
+		free = append(free, strconv.Itoa(freePages[i]))
 	}
 	t.Logf("accepted %d in %s: %.0f/s; per second: %s", len(latencies), elapsed.Round(time.Millisecond),
 		float64(len(latencies))/elapsed.Seconds(), strings.Join(perSecond, " "))
+	t.Logf("free pages at each second: %s", strings.Join(free, " "))
 	t.Logf("enqueue latency: p50 %s p90 %s p99 %s p99.9 %s max %s", q(0.5), q(0.9), q(0.99), q(0.999), q(1))
-	t.Logf("delivered %d", delivered.Load())
+	t.Logf("delivered %d; CPU %s, %.0f µs an accepted event (%.0f µs an event accepted or delivered)", delivered.Load(), cpu.Round(time.Millisecond),
+		float64(cpu.Microseconds())/float64(len(latencies)), float64(cpu.Microseconds())/float64(len(latencies)+int(delivered.Load())))
 
 	txMu.Lock()
 	total := 0
@@ -238,21 +264,25 @@ func TestLoad(t *testing.T) {
 		diff.TxStats.GetWrite(), diff.TxStats.GetWriteTime().Round(time.Millisecond))
 }
 
-// loadPrefill writes n events as accepted and delivered ones, 5,000 a
-// transaction: the completed records a busy store keeps for a day.
-func loadPrefill(t *testing.T, d *Store, nonce string, req dedup.Request, n int) {
+// loadPrefill writes n events as accepted ones, 5,000 a transaction, and
+// as delivered ones if completed: the completed records a busy store
+// keeps for a day, or a backlog.
+func loadPrefill(t *testing.T, d *Store, nonce string, req dedup.Request, n int, completed bool) {
 	payload := codec.EncodeRequest(req)
 	for i := 0; i < n; {
 		err := d.write(func(b diskBuckets) error {
 			now := time.Now()
 			for j := i; j < min(n, i+5000); j++ {
-				k := []byte("webhook-dedup:stripe:evt_" + nonce + "_pre" + strconv.Itoa(j))
+				k := []byte("webhook-dedup:stripe:evt_" + nonce + strconv.Itoa(j))
 				a := codec.Async{State: dedup.Queued, Accepted: now.UnixMilli(), At: now.UnixMilli()}
 				if err := b.requests.Put(k, payload); err != nil {
 					return err
 				}
 				if err := b.putAsync(k, req.Route, codec.Async{}, a, 0); err != nil {
 					return err
+				}
+				if !completed {
+					continue
 				}
 				done := a
 				done.State, done.At, done.Result, done.Completed = dedup.Completed, 0, dedup.Result{Status: 200}, now.Unix()
@@ -282,6 +312,15 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return n
+}
+
+// cpuTime is the user and system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fileSize(t *testing.T, dir string) int64 {
