@@ -26,9 +26,10 @@ const File = "webhook-dedup.db"
 // Store is the embedded store on disk (DATA_DIR): the records of sync and
 // async routes and the async queue in one bbolt file, for one replica that
 // keeps them across restarts. Every write is committed to the file, and
-// fsync'd, before the call returns; concurrent writes share one commit (and
-// its fsyncs, commit.go), so the accept path stays fast under load. It is safe for
-// concurrent use, and the file is locked against a second process.
+// fsync'd, before the call returns; concurrent writes share one commit
+// (and its fsyncs: commit.go), so the accept path stays fast under load.
+// It is safe for concurrent use, and the file is locked against a second
+// process.
 //
 // The file holds five buckets, all keyed by the store key or by an 8-byte
 // big-endian unix millisecond time followed by the store key (so that a
