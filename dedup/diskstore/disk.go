@@ -26,9 +26,10 @@ const File = "webhook-dedup.db"
 // Store is the embedded store on disk (DATA_DIR): the records of sync and
 // async routes and the async queue in one bbolt file, for one replica that
 // keeps them across restarts. Every write is committed to the file, and
-// fsync'd, before the call returns; concurrent writes share one commit (and
-// one fsync), so the accept path stays fast under load. It is safe for
-// concurrent use, and the file is locked against a second process.
+// fsync'd, before the call returns; concurrent writes share one commit
+// (and its fsyncs: commit.go), so the accept path stays fast under load.
+// It is safe for concurrent use, and the file is locked against a second
+// process.
 //
 // The file holds five buckets, all keyed by the store key or by an 8-byte
 // big-endian unix millisecond time followed by the store key (so that a
@@ -46,12 +47,16 @@ const File = "webhook-dedup.db"
 // again, and swept out in small transactions every sweep interval.
 type Store struct {
 	db *bolt.DB
-	// writes counts the write transactions under way: a write alone is
-	// committed at once, one that arrives while others run joins a batch.
-	writes atomic.Int64
+	// group gathers the writes that wait for a commit (commit.go).
+	group group
 	// unbatched commits every write on its own (one fsync each): only
 	// for the benchmark that shows what batching saves.
 	unbatched bool
+	// onWrite and onCommit, set by tests before the store is used, are
+	// called with the transaction of every run of a write's fn, and
+	// after every shared commit with its writes and how long it took.
+	onWrite  func(tx *bolt.Tx)
+	onCommit func(writes int, took time.Duration)
 	// refused is set while the volume refuses the file's writes (full,
 	// over quota, read-only): Take may still fit, but no enqueue or
 	// completion does, so Ping reports it until a write succeeds again.
@@ -127,10 +132,6 @@ func openDisk(cfg Config, sweepEvery time.Duration) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dedup: open %s: %w", path, err)
 	}
-	// A batch runs as soon as the first write before it commits, or after
-	// this delay: long enough to gather the writes of requests that arrive
-	// together, short against an fsync.
-	db.MaxBatchDelay = time.Millisecond
 	var counts *queueCounts
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketRecords, bucketRequests, bucketLanes, bucketDead, bucketExpiry} {
@@ -193,6 +194,16 @@ func (d *Store) bounded(timeout time.Duration, fn func() error) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
+	return d.await(timeout, done)
+}
+
+// await waits for the outcome of a call to the file on done, for at most
+// timeout (zero: no bound). When the time is up it returns ErrStalled, and
+// counts the call among the stalled ones until its outcome comes.
+func (d *Store) await(timeout time.Duration, done chan error) error {
+	if timeout <= 0 {
+		return <-done
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -242,28 +253,33 @@ func (d *Store) sweep() error {
 }
 
 // write runs fn on the buckets of a write transaction that is committed
-// before it returns. fn may run more than once (a batch that fails is
-// retried one by one), so it sets its results afresh each time; the
-// changes to the queue's counts of the run that commits are the ones
-// counted.
+// before it returns. Concurrent writes share one commit (commit.go). fn
+// may run more than once (the commit of writes whose fn fails is tried
+// again without it, and it runs alone), so it sets its results afresh each
+// time; the changes to the queue's counts of the run that commits are the
+// ones counted.
 func (d *Store) write(fn func(b diskBuckets) error) error {
 	run := func(tx *bolt.Tx) error {
+		if d.onWrite != nil {
+			d.onWrite(tx)
+		}
 		b := buckets(tx)
 		b.tally = &tally{}
 		tx.OnCommit(func() { d.counts.apply(b.tally, time.Now()) })
 		return fn(b)
 	}
-	return d.bounded(d.timeout, func() error {
-		defer d.writes.Add(-1)
-		var err error
-		if d.writes.Add(1) == 1 || d.unbatched {
-			err = d.db.Update(run)
-		} else {
-			err = d.db.Batch(run)
-		}
-		d.noteRefusal(err)
-		return err
-	})
+	if d.unbatched {
+		return d.bounded(d.timeout, func() error { return d.update(run) })
+	}
+	return d.commit(run)
+}
+
+// update runs fn in a write transaction of its own, committed before it
+// returns.
+func (d *Store) update(fn func(tx *bolt.Tx) error) error {
+	err := d.db.Update(fn)
+	d.noteRefusal(err)
+	return err
 }
 
 // noteRefusal keeps refused in step with what the volume did with the
