@@ -100,7 +100,7 @@ func BenchmarkHandler(b *testing.B) {
 				})
 			}
 			// Many requests at once: on Redis, concurrent calls share
-			// round trips (the autopipeliner), which a lone call never does.
+			// round trips (batched by redisstore), which a lone call never does.
 			b.Run("unique-json-parallel", func(b *testing.B) {
 				h := benchHandler(b, store, loadUniqueJSON, tp)
 				var workers atomic.Int64

@@ -53,7 +53,7 @@ type Client interface {
 // with single-key commands and scripts. It is safe for concurrent use.
 type Store struct {
 	client Client
-	// scripts runs the scripts: client, or the autopipelining wrapper of
+	// scripts runs the scripts: client, or the batching wrapper of
 	// a standalone client (see pipelined).
 	scripts redis.Scripter
 	// waitReplicas is how many replicas must acknowledge a claim or a
