@@ -3,7 +3,6 @@ package diskstore
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -78,12 +77,6 @@ func (d *Store) commit(fn func(tx *bolt.Tx) error) error {
 func (d *Store) commitQueued() {
 	g := &d.group
 	for {
-		// Let the goroutines that are ready to run go first: those about
-		// to write join this commit rather than wait for the next one.
-		// On an idle process this returns at once; on a busy one it
-		// makes the commits fewer and fuller, and each costs two
-		// fdatasyncs whatever it holds.
-		runtime.Gosched()
 		g.mu.Lock()
 		n := min(len(g.queue), maxGroup)
 		if n == 0 {
