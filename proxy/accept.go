@@ -55,13 +55,20 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 	if err != nil {
 		return h.storeUnavailable(w, r, wh, err)
 	}
-	switch {
-	case queued:
+	if queued {
 		h.cfg.Enqueued()
 		return h.answer(w, wh.id, h.cfg.AsyncStatus, outcomeQueued, "", nil)
-	case rec.State == dedup.Completed:
+	}
+	return h.held(w, wh, rec)
+}
+
+// held answers a copy of an event of an async route whose record the
+// store holds, in any state.
+func (h *Handler) held(w http.ResponseWriter, wh *webhook, rec dedup.Record) result {
+	switch rec.State {
+	case dedup.Completed:
 		return h.duplicate(w, wh, rec)
-	case rec.State == dedup.InFlight:
+	case dedup.InFlight:
 		// Claimed by a sync delivery (the route was sync until a moment
 		// ago): the sender retries while that one finishes.
 		return h.inFlight(w, wh, rec)
@@ -87,10 +94,6 @@ func (h *Handler) queueFull(w http.ResponseWriter, r *http.Request, wh *webhook)
 		return h.answer(w, wh.id, http.StatusServiceUnavailable, outcomeQueueFull, "the delivery queue is full (QUEUE_MAX_DEPTH), retry later", nil)
 	case err != nil:
 		return h.storeUnavailable(w, r, wh, err)
-	case rec.State == dedup.Completed:
-		return h.duplicate(w, wh, rec)
-	case rec.State == dedup.InFlight:
-		return h.inFlight(w, wh, rec)
 	}
-	return h.answer(w, wh.id, http.StatusOK, outcomeDuplicate, "", nil)
+	return h.held(w, wh, rec)
 }

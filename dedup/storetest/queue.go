@@ -237,16 +237,7 @@ var queueTests = []struct {
 		ctx := context.Background()
 		MustEnqueue(t, s, "k")
 		first := TakeOne(t, s, Short)
-		var second dedup.Delivery
-		// Every taker passes the same lease (LEASE_TTL): Redis takes a
-		// delivery over once it has been held for the taker's.
-		Eventually(t, "the expired lease to be taken over", func() bool {
-			ds := Take(t, s, 10, Short)
-			if len(ds) == 1 {
-				second = ds[0]
-			}
-			return len(ds) == 1
-		})
+		second := takenOver(t, s)
 		if second.Claim.Key != "k" || second.Attempt != 2 || second.Claim.Token == first.Claim.Token {
 			t.Errorf("takeover = %q attempt %d, want k attempt 2 with a new token", second.Claim.Key, second.Attempt)
 		}
@@ -582,14 +573,7 @@ var queueTests = []struct {
 
 		MustEnqueue(t, s, "lost")
 		first := TakeOne(t, s, Short)
-		var second dedup.Delivery
-		Eventually(t, "the lease to be taken over", func() bool {
-			ds := Take(t, s, 10, Short)
-			if len(ds) == 1 {
-				second = ds[0]
-			}
-			return len(ds) == 1
-		})
+		second := takenOver(t, s)
 		if err := s.Extend(ctx, first, Lease); !errors.Is(err, dedup.ErrNotOwner) {
 			t.Errorf("the first holder's Extend after a takeover = %v, want ErrNotOwner", err)
 		}
@@ -751,6 +735,23 @@ func TakeFrom(t *testing.T, s dedup.Queue, lane dedup.Lane, n int, lease time.Du
 		t.Fatal(err)
 	}
 	return ds
+}
+
+// takenOver waits until the one delivery taken with the lease Short has
+// been held that long, and returns it as taken over. Every taker passes
+// the same lease (LEASE_TTL): Redis takes a delivery over once it has
+// been held for the taker's.
+func takenOver(t *testing.T, s dedup.Queue) dedup.Delivery {
+	t.Helper()
+	var d dedup.Delivery
+	Eventually(t, "the expired lease to be taken over", func() bool {
+		ds := Take(t, s, 10, Short)
+		if len(ds) == 1 {
+			d = ds[0]
+		}
+		return len(ds) == 1
+	})
+	return d
 }
 
 // keysOf is the sorted keys of ds.
