@@ -16,6 +16,13 @@ import (
 // late /metrics and QUEUE_MAX_DEPTH may see the queue grow.
 const backlogEvery = time.Second
 
+// backlogIdle bounds the share of the time the Backlog spends reading the
+// stats: after a read that took d, it waits at least backlogIdle × d
+// before the next. A store whose stats scan the queue (PostgreSQL counts
+// its rows) then spends at most a twentieth of one connection's time on
+// them, however deep the backlog grows, rather than a scan a second.
+const backlogIdle = 20
+
 // errNotRead is the Backlog's answer before its first read of the stats.
 var errNotRead = errors.New("delivery: the queue's stats are not read yet")
 
@@ -47,18 +54,28 @@ func NewBacklog(stats StatsSource, maxDepth int, log *zap.Logger) *Backlog {
 	return &Backlog{stats: stats, maxDepth: maxDepth, every: backlogEvery, log: log, err: errNotRead}
 }
 
-// Run reads the stats at once and then every second, until ctx ends.
+// Run reads the stats at once and then every second, or less often when a
+// read takes longer than a twentieth of that (backlogPause), until ctx
+// ends.
 func (b *Backlog) Run(ctx context.Context) {
-	t := time.NewTicker(b.every)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		b.read(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		start := time.Now()
+		b.read(ctx)
+		t.Reset(backlogPause(b.every, time.Since(start)))
 	}
+}
+
+// backlogPause is the wait after a read of the stats that took took: every,
+// or backlogIdle times took if that is longer.
+func backlogPause(every, took time.Duration) time.Duration {
+	return max(every, backlogIdle*took)
 }
 
 func (b *Backlog) read(ctx context.Context) {

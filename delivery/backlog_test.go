@@ -77,3 +77,68 @@ func TestBacklog(t *testing.T) {
 		t.Error("QUEUE_MAX_DEPTH=0 (no bound) reported full")
 	}
 }
+
+// slowStats is a queue whose stats take took to read, as PostgreSQL's do
+// when they count a deep queue's rows; it records when each read began.
+type slowStats struct {
+	took   time.Duration
+	mu     sync.Mutex
+	starts []time.Time
+}
+
+func (s *slowStats) Stats(ctx context.Context) (dedup.QueueStats, error) {
+	s.mu.Lock()
+	s.starts = append(s.starts, time.Now())
+	s.mu.Unlock()
+	select {
+	case <-time.After(s.took):
+	case <-ctx.Done():
+	}
+	return dedup.QueueStats{Depth: 1}, nil
+}
+
+func (s *slowStats) reads() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.starts...)
+}
+
+// TestBacklogSlowStats: stats that take 20 ms to read are read at most
+// every 400 ms (a twentieth of the time), not at the Backlog's usual
+// pace (here 1 ms).
+func TestBacklogSlowStats(t *testing.T) {
+	src := &slowStats{took: 20 * time.Millisecond}
+	b := NewBacklog(src, 0, nil)
+	b.every = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(src.reads()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	starts := src.reads()
+	if len(starts) < 3 {
+		t.Fatalf("%d reads in 10 s, want 3", len(starts))
+	}
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < 400*time.Millisecond {
+			t.Errorf("read %d began %v after the one before, want at least 400 ms (20 × the 20 ms a read takes)", i+1, gap)
+		}
+	}
+}
+
+func TestBacklogPause(t *testing.T) {
+	for _, c := range []struct{ every, took, want time.Duration }{
+		{time.Second, 0, time.Second},
+		{time.Second, 50 * time.Millisecond, time.Second},
+		{time.Second, 100 * time.Millisecond, 2 * time.Second},
+		{time.Second, 400 * time.Millisecond, 8 * time.Second},
+	} {
+		if got := backlogPause(c.every, c.took); got != c.want {
+			t.Errorf("backlogPause(%v, %v) = %v, want %v", c.every, c.took, got, c.want)
+		}
+	}
+}
