@@ -71,7 +71,7 @@ type options struct {
 	serverCPUs string // taskset list for every server; empty: no pinning
 	loadCPUs   string // taskset list for wrk; empty: no pinning
 	nice       int    // nice value of servers and wrk; 0: unchanged
-	only       string // run only configurations whose name contains this
+	only       string // run only configurations whose name contains one of its |-separated parts
 	bin        string // webhook-dedup binary; empty: built from the module
 	before     string // another webhook-dedup binary to compare with; empty: none
 	raw        string // file for one JSON line per run; empty: none
@@ -96,7 +96,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		defaultNice = -10
 	}
 	fs.IntVar(&o.nice, "nice", defaultNice, "nice value for the servers and wrk (negative needs root): a shared machine's other work then disturbs the measurement less; 0 leaves it")
-	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this, in any case: postgres, fsync=on, cache_size, async, hookaido, \"sent 3\" (the baselines always run)")
+	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this, in any case: postgres, fsync=on, cache_size, async, hookaido, \"sent 3\", or one of several parts separated by | (\"DATA_DIR|hookaido\"); the baselines always run")
 	fs.StringVar(&o.bin, "bin", "", "webhook-dedup binary to measure; empty: go build the module")
 	fs.StringVar(&o.before, "before", "", "another webhook-dedup binary (an older build) whose rows run interleaved with the others, named \"before, ...\"")
 	fs.StringVar(&o.raw, "raw", "", "append one JSON line per run to this file")

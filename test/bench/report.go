@@ -205,9 +205,9 @@ func per10k(cpu time.Duration, requests int64) float64 {
 func report(w io.Writer, o options, m machine, configs []config, results map[string][]result) {
 	rows := summarise(configs, results)
 	fmt.Fprintf(w, "Machine: %d cores, %s, Linux %s; %s; temporary files on %s.\n", m.cores, m.cpu, m.kernel, m.toolsLine(), m.tmpFS)
-	fmt.Fprintf(w, "Method: servers (upstream, proxy, store server) pinned to CPU %s, wrk and the paced sender to CPU %s, at nice %d; `wrk -t1 -c%d -d%s` after a %s warm-up, then `wrk -t1 -c1 -d%s`; on the queueing rows, between the two, the wait for the backlog and, on first-seen events, %s offered at half the accepted rate by a paced sender on %d connections, and the wait for its backlog; %d repeat(s) in rotating order, fresh servers for every run. Load average %s before, %s after; %s in all.\n\n",
+	fmt.Fprintf(w, "Method: servers (upstream, proxy, store server) pinned to CPU %s, wrk and the paced sender to CPU %s, at nice %d; `wrk -t1 -c%d -d%s` after a %s warm-up, then `wrk -t1 -c1 -d%s`; on the queueing rows, between the two, the wait for the backlog and, on first-seen events, %s offered at half the accepted rate by a paced sender on %d connections, and the wait for its backlog; %d repeat(s) in rotating order, fresh servers for every run, each started once the disk is quiet (sync, then %d flushed 4 KiB writes in a row within %v; the wait took %s). Load average %s before, %s after; %s in all.\n\n",
 		orNone(o.serverCPUs), orNone(o.loadCPUs), o.nice, o.conns, durationArg(o.duration), durationArg(o.warmup), durationArg(o.latencyDur),
-		durationArg(o.duration), o.conns, o.repeats, m.loadBefore, m.loadAfter, m.elapsed.Round(time.Second))
+		durationArg(o.duration), o.conns, o.repeats, quietRuns, quietWrite, settleRange(results), m.loadBefore, m.loadAfter, m.elapsed.Round(time.Second))
 	if m.peerSkipped != "" {
 		fmt.Fprintf(w, "%s\n\n", m.peerSkipped)
 	}
@@ -562,4 +562,20 @@ func sortedKeys(m map[string]int64) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// settleRange describes how long the runs waited for a quiet disk: the
+// median and the longest.
+func settleRange(results map[string][]result) string {
+	var waits []time.Duration
+	for _, rs := range results {
+		for _, r := range rs {
+			waits = append(waits, r.Settled)
+		}
+	}
+	if len(waits) == 0 {
+		return "nothing"
+	}
+	slices.Sort(waits)
+	return fmt.Sprintf("%v median, %v at most", waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond))
 }

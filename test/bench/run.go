@@ -205,11 +205,22 @@ func selectConfigs(only string, before, peer bool) []config {
 		if c.server == hookaido && !peer {
 			continue
 		}
-		if c.baseline() || strings.Contains(strings.ToLower(c.name), strings.ToLower(only)) {
+		if c.baseline() || matches(c.name, only) {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// matches reports whether name contains one of the |-separated parts of
+// only, in any case; every name matches an empty only.
+func matches(name, only string) bool {
+	for _, part := range strings.Split(strings.ToLower(only), "|") {
+		if strings.Contains(strings.ToLower(name), part) {
+			return true
+		}
+	}
+	return false
 }
 
 // result is one configuration's measurements in one repeat.
@@ -230,6 +241,9 @@ type result struct {
 	// Outcomes counts webhook-dedup's X-Webhook-Dedup outcomes over the
 	// server's life, from /metrics: a check that the load did what it says.
 	Outcomes map[string]int64 `json:"outcomes,omitempty"`
+	// Settled is how long the disk took to quieten before the run
+	// (waitQuietDisk).
+	Settled time.Duration `json:"settled_ns,omitempty"`
 	// Drained is how long a queueing run's backlog took to be delivered
 	// after the 32-connection run, before the one-connection run.
 	Drained time.Duration `json:"drained_ns,omitempty"`
@@ -339,16 +353,23 @@ type target struct {
 // runOne starts fresh servers for c, warms them up, measures and stops them.
 func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err error) {
 	res = result{Config: c.name, Repeat: rep}
+	if res.Settled, err = waitQuietDisk(b.tmp); err != nil {
+		fmt.Fprintf(b.stderr, "(%v) ", err)
+	}
 	dir, err := os.MkdirTemp(b.tmp, "run-")
 	if err != nil {
 		return res, err
 	}
 	// What to stop at the end, in reverse order: the proxy before its
-	// store, the store before nothing.
+	// store, the store before nothing; then the run's files go, unless
+	// -keep keeps them.
 	var stops []func()
 	defer func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
+		}
+		if !b.opts.keep {
+			_ = os.RemoveAll(dir)
 		}
 	}()
 	start := func(name string, env []string, argv ...string) (*proc, error) {
