@@ -72,8 +72,8 @@ func (b *Backlog) Run(ctx context.Context) {
 	}
 }
 
-// backlogPause is the wait after a read of the stats that took took: every,
-// or backlogIdle times took if that is longer.
+// backlogPause is the wait after a read of the stats that lasted took:
+// every, or backlogIdle times took if that is longer.
 func backlogPause(every, took time.Duration) time.Duration {
 	return max(every, backlogIdle*took)
 }
