@@ -3,6 +3,7 @@ package diskstore
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -77,6 +78,19 @@ func (d *Store) commit(fn func(tx *bolt.Tx) error) error {
 func (d *Store) commitQueued() {
 	g := &d.group
 	for {
+		// The goroutines ready to run go first, so that the writes they
+		// are about to queue are in this commit. With one scheduler slot
+		// (GOMAXPROCS=1, as on one CPU) this is what makes the commits
+		// grow with the load: each fdatasync can hold the only slot for
+		// its whole length (the runtime takes a slot back from a system
+		// call only once the call outlasts two wake-ups of its monitor,
+		// which sleeps up to 10 ms when idle), so the handlers get to run
+		// only between commits, and a committer that took the queue at
+		// once would commit the one or two writes queued during its last
+		// commit, and flush twice for each. Measured in
+		// docs/performance.md ("DATA_DIR's slow phases"). With more
+		// slots, or no goroutine ready, it returns at once.
+		runtime.Gosched()
 		g.mu.Lock()
 		n := min(len(g.queue), maxGroup)
 		if n == 0 {

@@ -3,7 +3,9 @@ package diskstore
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +216,44 @@ func TestGroupCommitStalled(t *testing.T) {
 	}
 	if got := d.count(bucketRecords); got != 1 {
 		t.Fatalf("%d records, want the late write's", got)
+	}
+}
+
+// TestCommitsGrowOnOneSlot: with one scheduler slot (GOMAXPROCS=1, as on
+// one CPU), where each flush can hold the only slot for its whole length,
+// the handlers that became ready during a commit queue their writes
+// before the next commit starts, so that a commit holds the writes of
+// every writer waiting, not of the one that ran first. Here the flush is
+// a busy wait in the commit's hook, which holds the slot as an fdatasync
+// does when the runtime does not take the slot back: bbolt's own are off.
+func TestCommitsGrowOnOneSlot(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	d := openDiskAt(t, t.TempDir())
+	d.db.NoSync = true
+	var commits, writes atomic.Int64
+	d.onCommit = func(n int, _ time.Duration) {
+		commits.Add(1)
+		writes.Add(int64(n))
+		for start := time.Now(); time.Since(start) < 200*time.Microsecond; {
+		}
+	}
+	const writers, each = 16, 20
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if err := d.write(putKey(fmt.Sprintf("w%d-%d", w, i))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Each writer has one write at a time: a commit holds at most 16.
+	mean := float64(writes.Load()) / float64(commits.Load())
+	t.Logf("%d writes in %d commits: %.1f a commit", writes.Load(), commits.Load(), mean)
+	if mean < 12 {
+		t.Errorf("%d writes of %d writers in %d commits, %.1f a commit; want at least 12 (16 wait for each)", writes.Load(), writers, commits.Load(), mean)
 	}
 }
