@@ -19,9 +19,10 @@ import (
 // calls of one delay (a commit apiece), and on a quiet file each call
 // waits out the delay for nothing. Here the writes wait in one queue, and
 // a committer takes all of them into one transaction as soon as the one
-// before it has committed: a write that finds the file idle commits at
-// once, and under load each commit holds every write that arrived during
-// the one before it, however long that took.
+// before it has committed and the goroutines ready to run have queued
+// theirs: a write that finds the file idle commits at once, and under
+// load each commit holds every write that arrived during the one before
+// it, however long that took.
 
 // maxGroup bounds the writes of one commit (bbolt's DefaultMaxBatchSize):
 // a longer transaction holds up the writes behind it.
