@@ -89,8 +89,8 @@ func (d *Store) commitQueued() {
 		// only between commits, and a committer that took the queue at
 		// once would commit the one or two writes queued during its last
 		// commit, and flush twice for each. Measured in
-		// docs/performance.md ("DATA_DIR's slow phases"). With more
-		// slots, or no goroutine ready, it returns at once.
+		// docs/performance.md ("DATA_DIR's slow phases"). With no
+		// goroutine ready it returns at once.
 		runtime.Gosched()
 		g.mu.Lock()
 		n := min(len(g.queue), maxGroup)
