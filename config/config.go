@@ -148,19 +148,29 @@ type RouteSpec struct {
 }
 
 // Load reads the configuration from environ (variable name to value) and
-// validates it. The error, an *Error, joins every problem found, each
-// naming its variable.
-func Load(environ map[string]string) (*Config, error) {
-	return load(environ, true)
+// validates it, with rules beside its own checks. The error, an *Error,
+// joins every problem found, one line each, each naming its variable.
+func Load(environ map[string]string, rules ...Rule) (*Config, error) {
+	return load(environ, true, rules)
 }
 
 // LoadForStore is Load for the commands that only reach the store (inspect,
 // forget): UPSTREAM_URL may be absent.
 func LoadForStore(environ map[string]string) (*Config, error) {
-	return load(environ, false)
+	return load(environ, false, nil)
 }
 
-func load(environ map[string]string, needUpstream bool) (*Config, error) {
+// Rule is a check of the configuration that needs what this package does
+// not know, such as what the chosen store can do (internal/stores). Load
+// runs it after its own checks, whatever they found, so that its problems
+// are listed with the others rather than after they are fixed. c is the
+// configuration as far as it parsed: a field whose variable did not parse
+// holds its zero value, and a problem bad is told about such a variable
+// is dropped (the variable has its own). Of ROUTES, c.RouteSpecs holds
+// the entries that parsed.
+type Rule func(c *Config, bad func(variable, format string, args ...any))
+
+func load(environ map[string]string, needUpstream bool, rules []Rule) (*Config, error) {
 	var cfg Config
 	var errs []error
 	unparsed := map[string]bool{}
@@ -170,7 +180,7 @@ func load(environ map[string]string, needUpstream bool) (*Config, error) {
 			unparsed[e.variable] = true
 		}
 	}
-	errs = append(errs, cfg.complete(environ, needUpstream, unparsed)...)
+	errs = append(errs, cfg.complete(environ, needUpstream, unparsed, rules)...)
 	if len(errs) > 0 {
 		// A failed start never gets to log the warnings, so the misspelt
 		// variables that may be the cause go with the errors.
@@ -227,10 +237,10 @@ func withHints(errs []error, unknown []Unknown) []error {
 	return errs
 }
 
-// complete validates the parsed fields and fills in the derived ones. A
-// variable in unparsed already has its error: its zero value is not
-// reported again.
-func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed map[string]bool) []error {
+// complete validates the parsed fields, fills in the derived ones, and
+// runs rules last. A variable in unparsed already has its error: its zero
+// value is not reported again.
+func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed map[string]bool, rules []Rule) []error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
 		if !unparsed[name] {
@@ -331,8 +341,10 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		bad("LOG_FORMAT", "must be json or console, got %q", c.LogFormat)
 	}
-	specs, err := ParseRoutes(c.Routes)
-	if err != nil {
+	// The entries that parse are kept, and their sources checked below,
+	// beside a line for each that does not.
+	specs, routeErrs := parseRoutes(c.Routes)
+	for _, err := range routeErrs {
 		bad("ROUTES", "%v", err)
 	}
 	for i := range specs {
@@ -370,58 +382,86 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	// unverified requests), so that its problems are reported with all
 	// the others; serving builds it again.
 	c.completeVerified(bad)
+	for _, rule := range rules {
+		rule(c, bad)
+	}
 	return errs
 }
 
 // ParseRoutes parses ROUTES: comma-separated PATH=SOURCE entries, each
 // optionally followed by ";sync" or ";async". Paths must start with "/",
-// are cleaned of a trailing slash, and may not repeat.
+// are cleaned of a trailing slash, and may not repeat. It returns the
+// entries that parse, in order, and an error joining one problem for each
+// entry that does not, naming it: a mistake in one entry hides none in
+// another.
 func ParseRoutes(s string) ([]RouteSpec, error) {
+	specs, errs := parseRoutes(s)
+	return specs, errors.Join(errs...)
+}
+
+// parseRoutes is ParseRoutes with its problems apart, one for each bad
+// entry, so that Load reports each on a line of its own.
+func parseRoutes(s string) ([]RouteSpec, []error) {
 	var specs []RouteSpec
+	var errs []error
 	seen := map[string]bool{}
+	entries := 0
 	for _, entry := range strings.Split(s, ",") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue
 		}
-		path, source, ok := strings.Cut(entry, "=")
-		path, source = strings.TrimSpace(path), strings.TrimSpace(source)
-		if err := separatorError(entry, source); err != nil {
-			return nil, err
+		entries++
+		spec, err := parseRoute(entry)
+		if err == nil && seen[spec.Path] {
+			// The first keeps the path; this one is the mistake.
+			err = fmt.Errorf("%q: path %q appears twice", entry, spec.Path)
 		}
-		spec := RouteSpec{}
-		if src, mode, found := strings.Cut(source, ";"); found {
-			mode = strings.TrimSpace(mode)
-			if err := spec.Delivery.UnmarshalText([]byte(mode)); err != nil {
-				return nil, fmt.Errorf("%q: the delivery mode after ';' %v", entry, err)
-			}
-			spec.Override = true
-			source = strings.TrimSpace(src)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		switch {
-		case !ok || source == "":
-			return nil, fmt.Errorf("%q is not PATH=SOURCE", entry)
-		case !strings.HasPrefix(path, "/"):
-			return nil, fmt.Errorf("path %q must start with /", path)
-		case strings.ContainsAny(path, "?#% \t"):
-			return nil, fmt.Errorf("path %q may not contain '?', '#', '%%' or spaces", path)
-		case strings.Contains(path, "//"):
-			return nil, fmt.Errorf("path %q has an empty segment", path)
-		}
-		if len(path) > 1 {
-			path = strings.TrimSuffix(path, "/")
-		}
-		if seen[path] {
-			return nil, fmt.Errorf("path %q appears twice", path)
-		}
-		seen[path] = true
-		spec.Path, spec.Source = path, source
+		seen[spec.Path] = true
 		specs = append(specs, spec)
 	}
-	if len(specs) == 0 {
-		return nil, errors.New("no route")
+	if entries == 0 {
+		errs = append(errs, errors.New("no route"))
 	}
-	return specs, nil
+	return specs, errs
+}
+
+// parseRoute parses one entry of ROUTES, PATH=SOURCE[;MODE]. Its error
+// quotes the entry.
+func parseRoute(entry string) (RouteSpec, error) {
+	path, source, ok := strings.Cut(entry, "=")
+	path, source = strings.TrimSpace(path), strings.TrimSpace(source)
+	if err := separatorError(entry, source); err != nil {
+		return RouteSpec{}, err
+	}
+	spec := RouteSpec{}
+	if src, mode, found := strings.Cut(source, ";"); found {
+		mode = strings.TrimSpace(mode)
+		if err := spec.Delivery.UnmarshalText([]byte(mode)); err != nil {
+			return RouteSpec{}, fmt.Errorf("%q: the delivery mode after ';' %v", entry, err)
+		}
+		spec.Override = true
+		source = strings.TrimSpace(src)
+	}
+	switch {
+	case !ok || source == "":
+		return RouteSpec{}, fmt.Errorf("%q is not PATH=SOURCE", entry)
+	case !strings.HasPrefix(path, "/"):
+		return RouteSpec{}, fmt.Errorf("%q: path %q must start with /", entry, path)
+	case strings.ContainsAny(path, "?#% \t"):
+		return RouteSpec{}, fmt.Errorf("%q: path %q may not contain '?', '#', '%%' or spaces", entry, path)
+	case strings.Contains(path, "//"):
+		return RouteSpec{}, fmt.Errorf("%q: path %q has an empty segment", entry, path)
+	}
+	if len(path) > 1 {
+		path = strings.TrimSuffix(path, "/")
+	}
+	spec.Path, spec.Source = path, source
+	return spec, nil
 }
 
 // completeDelivery validates the async delivery settings. They are checked
