@@ -372,17 +372,20 @@ func TestAsyncRouteOverrides(t *testing.T) {
 
 // TestAsyncRefusedInMemory: async delivery on the in-memory store (no
 // DATA_DIR, no Redis) is refused at start, naming DELIVERY and DATA_DIR;
-// so is an ";async" route.
+// so is an ";async" route, naming ROUTES (DELIVERY is not set).
 func TestAsyncRefusedInMemory(t *testing.T) {
 	t.Parallel()
-	for _, env := range []map[string]string{
+	for _, tc := range []struct {
+		env   map[string]string
+		names string
+	}{
 		// Secrets, so that the store is what is refused.
-		{"UPSTREAM_URL": "http://127.0.0.1:1", "DELIVERY": "async", "STRIPE_WEBHOOK_SECRET": stripeSecret},
-		{"UPSTREAM_URL": "http://127.0.0.1:1", "ROUTES": "/webhooks/github=github;async", "GITHUB_WEBHOOK_SECRET": githubSecret},
+		{map[string]string{"UPSTREAM_URL": "http://127.0.0.1:1", "DELIVERY": "async", "STRIPE_WEBHOOK_SECRET": stripeSecret}, "DELIVERY: "},
+		{map[string]string{"UPSTREAM_URL": "http://127.0.0.1:1", "ROUTES": "/webhooks/github=github;async", "GITHUB_WEBHOOK_SECRET": githubSecret}, "ROUTES: "},
 	} {
-		code, logs, err := runToExit(t, env)
-		if err != nil || code != 2 || !strings.Contains(logs, "DELIVERY") || !strings.Contains(logs, "DATA_DIR") {
-			t.Errorf("%v: exit %d (%v), output %q; want exit 2 naming DELIVERY and DATA_DIR", env, code, err, logs)
+		code, logs, err := runToExit(t, tc.env)
+		if err != nil || code != 2 || !strings.Contains(logs, tc.names) || !strings.Contains(logs, "DATA_DIR") {
+			t.Errorf("%v: exit %d (%v), output %q; want exit 2 naming %s and DATA_DIR", tc.env, code, err, logs, tc.names)
 		}
 	}
 }

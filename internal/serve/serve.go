@@ -195,9 +195,11 @@ type startup struct {
 
 // prepare validates environ as Run needs it: the configuration with the
 // checks against the chosen store (stores.Load), LOG_LEVEL as the logger
-// reads it, and every route's source. It has no side effect beyond
-// config.Load's (DATA_DIR is created if missing, to tell whether it can be
-// written). A problem is a *config.Error.
+// reads it, and every route's source. stores.Load lists every problem at
+// once, one line each; the logger and the routes are then built from what
+// it has already checked, so they fail only if the two disagree. It has no
+// side effect beyond config.Load's (DATA_DIR is created if missing, to
+// tell whether it can be written). A problem is a *config.Error.
 func prepare(environ map[string]string) (*startup, error) {
 	cfg, err := stores.Load(environ)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
 	"github.com/webhook-dedup/webhook-dedup/dedup/pgstore"
 	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
+	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
 // Env is what opening a store needs besides its configuration.
@@ -60,29 +61,25 @@ var table = map[config.StoreKind]kind{
 // Features is what the store of kind can do, as its package declares it.
 func Features(k config.StoreKind) dedup.Features { return table[k].features() }
 
-// Load reads and validates the configuration as config.Load does, and
-// checks it against what the chosen store can do (Check). The error joins
-// every problem found, each naming its variable.
+// Load reads and validates the configuration as config.Load does, with
+// the checks against what the chosen store can do (Check) run beside the
+// others: the error joins every problem found, one line each, each naming
+// its variable.
 func Load(environ map[string]string) (*config.Config, error) {
-	cfg, err := config.Load(environ)
-	if err != nil {
-		return nil, err
-	}
-	if err := Check(cfg); err != nil {
-		return nil, configError(err)
-	}
-	return cfg, nil
+	return config.Load(environ, Check)
 }
 
-// Check reports what cfg asks of its store that the store cannot do: async
-// delivery (DELIVERY=async, or a route's ";async") of a store that keeps
-// no queue. The sender would be told 202 for an event the store cannot
-// keep; the error names the routes, and the variables of the stores that
-// can.
-func Check(cfg *config.Config) error {
+// Check, a config.Rule, reports what cfg asks of its store that the store
+// cannot do: async delivery (DELIVERY=async, or a route's ";async") of a
+// store that keeps no queue. The sender would be told 202 for an event the
+// store cannot keep; the problem names the routes, and the variables of
+// the stores that can. It is about DELIVERY when that made a route async,
+// else about ROUTES (";async"); with DELIVERY unparsed, only the routes
+// that name their own mode are known to be async, and only they are named.
+func Check(cfg *config.Config, bad func(variable, format string, args ...any)) {
 	routes := cfg.AsyncPaths()
 	if len(routes) == 0 || Features(cfg.Store.Kind).Queue {
-		return nil
+		return
 	}
 	// The variables that choose a store with a queue, a kind's other
 	// ways in brackets: "REDIS_URL (or REDIS_CLUSTER_ADDRS, …)".
@@ -110,8 +107,14 @@ func Check(cfg *config.Config) error {
 	if cfg.Store.Variable != "" {
 		store = cfg.Store.Variable
 	}
+	variable := "ROUTES"
+	for _, r := range cfg.RouteSpecs {
+		if r.Delivery == proxy.AsyncDelivery && !r.Override {
+			variable = "DELIVERY"
+		}
+	}
 	list := strings.Join(can[:len(can)-1], ", ") + " or " + can[len(can)-1]
-	return fmt.Errorf("DELIVERY: async delivery needs a store that keeps its queue: %s; %s supports sync delivery only (async routes: %s)",
+	bad(variable, "async delivery needs a store that keeps its queue: %s; %s supports sync delivery only (async routes: %s)",
 		list, store, strings.Join(routes, ", "))
 }
 

@@ -58,6 +58,65 @@ func TestCheckAsyncStore(t *testing.T) {
 	}
 }
 
+// TestCheckBesideOtherProblems: the store check runs beside every other
+// check, not once they pass: its line comes in the same error as the
+// others, one line each; and where what it reads did not parse it names
+// only what is known (DELIVERY unparsed: the routes that name their own
+// mode; a route that did not parse: none), saying nothing false.
+func TestCheckBesideOtherProblems(t *testing.T) {
+	const needs = "async delivery needs a store that keeps its queue: REDIS_URL (or REDIS_CLUSTER_ADDRS, REDIS_SENTINEL_ADDRS), DATA_DIR or DATABASE_URL; "
+	const memory = "the embedded in-memory store (no store configured)"
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string // every line of the error, in order
+	}{
+		{"DELIVERY=async on DynamoDB, a bad duration, a bad entry", map[string]string{
+			"DELIVERY": "async", "DYNAMODB_TABLE": "t-1", "UPSTREAM_TIMEOUT": "soon", "ROUTES": "x=github,/a=header:X-Id",
+		}, []string{
+			`UPSTREAM_TIMEOUT: unable to parse duration: time: invalid duration "soon"`,
+			`ROUTES: "x=github": path "x" must start with /`,
+			"DELIVERY: " + needs + "DYNAMODB_TABLE supports sync delivery only (async routes: /a)",
+		}},
+		{"a route's ;async in memory beside bad entries", map[string]string{
+			"ROUTES": "/a=header:X-Id;async,/b=stripe;later,/a=github", "LOG_LEVEL": "loud",
+		}, []string{
+			`LOG_LEVEL: must be debug, info, warn or error, got "loud"`,
+			`ROUTES: "/b=stripe;later": the delivery mode after ';' must be sync or async, got "later"`,
+			`ROUTES: "/a=github": path "/a" appears twice`,
+			"ROUTES: " + needs + memory + " supports sync delivery only (async routes: /a)",
+		}},
+		{"two stores, the first without a queue", map[string]string{
+			"DELIVERY": "async", "DYNAMODB_TABLE": "t-1", "DATA_DIR": t.TempDir(),
+		}, []string{
+			"DATA_DIR: set together with DYNAMODB_TABLE: configure exactly one store",
+			"DELIVERY: " + needs + "DYNAMODB_TABLE supports sync delivery only (async routes: /)",
+		}},
+		{"DELIVERY unparsed: only the routes that name their mode", map[string]string{
+			"DELIVERY": "asynk", "ROUTES": "/a=header:X-Id;async,/b=header:X-Id",
+		}, []string{
+			`DELIVERY: must be sync or async, got "asynk"`,
+			"ROUTES: " + needs + memory + " supports sync delivery only (async routes: /a)",
+		}},
+		{"DELIVERY unparsed, no route names its mode: nothing known to check", map[string]string{
+			"DELIVERY": "asynk",
+		}, []string{`DELIVERY: must be sync or async, got "asynk"`}},
+		{"the only async route did not parse", map[string]string{
+			"ROUTES": "/a=header:X-Id;asink",
+		}, []string{`ROUTES: "/a=header:X-Id;asink": the delivery mode after ';' must be sync or async, got "asink"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.env)
+			if err == nil {
+				t.Fatal("Load accepted it")
+			}
+			if got, want := err.Error(), strings.Join(tc.want, "\n"); got != want {
+				t.Errorf("Load's error:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
 // TestOpenDeclares: each store opens as a Backend that declares its
 // package's features, and the cache in front (CACHE_SIZE) keeps the queue
 // and the wake-ups of the store behind it. Nothing is reached: the stores
