@@ -87,3 +87,101 @@ func TestHelp(t *testing.T) {
 		t.Logf("-h printed:\n%s", out)
 	}
 }
+
+// TestConfigEveryProblemAtOnce: a configuration with several mistakes at
+// once, the store checks and every bad ROUTES entry among them, is
+// refused in one run, serve and check alike: exit status 2, each problem
+// on a line of its own, and check's lines the same as serve's. Each case
+// is a shape of the class: problems that were once reported one restart at
+// a time (the async store check behind the rest, ROUTES behind its first
+// bad entry).
+func TestConfigEveryProblemAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string // the start of each line, one line each, in any order
+	}{
+		{"async route on the memory store, bad ROUTES entries, a bad duration", map[string]string{
+			"UPSTREAM_TIMEOUT": "soon",
+			"ROUTES":           "/a=header:X-Id;async,hooks=github,/b=stripe;later,/c=nosuchpreset,/a=github,/d",
+		}, []string{
+			"UPSTREAM_TIMEOUT: ",
+			`ROUTES: "hooks=github": path "hooks" must start with /`,
+			`ROUTES: "/b=stripe;later": the delivery mode after ';' must be sync or async`,
+			"ROUTES: /c=nosuchpreset: ",
+			`ROUTES: "/a=github": path "/a" appears twice`,
+			`ROUTES: "/d" is not PATH=SOURCE`,
+			"ROUTES: async delivery needs a store that keeps its queue: ",
+		}},
+		{"DELIVERY=async on DynamoDB beside another store, a bad log level, routes run together", map[string]string{
+			"DELIVERY":       "async",
+			"DYNAMODB_TABLE": "webhooks",
+			"DATABASE_URL":   "postgres://db/x",
+			"LOG_LEVEL":      "loud",
+			"ROUTES":         "/x=header:X-Id /y=github,/z=stripe",
+		}, []string{
+			"DATABASE_URL: set together with DYNAMODB_TABLE",
+			"LOG_LEVEL: ",
+			`ROUTES: routes are separated by commas, not spaces: "/x=header:X-Id /y=github"`,
+			"STRIPE_WEBHOOK_SECRET: required for the async route /z",
+			"DELIVERY: async delivery needs a store that keeps its queue: ",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"UPSTREAM_URL": "http://127.0.0.1:1"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			var printed [2][]string
+			for i, cmd := range [][]string{nil, {"check"}} {
+				code, out, err := runToExit(t, env, cmd...)
+				if err != nil {
+					t.Fatalf("%v %v: %v: it accepted %v and kept running\n%s", binary, cmd, err, envList(env), out)
+				}
+				if code != 2 {
+					t.Errorf("%v: exit status %d, want 2", cmd, code)
+				}
+				printed[i] = problemLines(t, out)
+				expectLines(t, printed[i], tc.want)
+			}
+			if strings.Join(printed[0], "\n") != strings.Join(printed[1], "\n") {
+				t.Errorf("serve and check list different problems:\nserve:\n%s\ncheck:\n%s", strings.Join(printed[0], "\n"), strings.Join(printed[1], "\n"))
+			}
+		})
+	}
+}
+
+// problemLines returns the lines after "webhook-dedup: configuration:" in
+// out, the process's whole output.
+func problemLines(t *testing.T, out string) []string {
+	t.Helper()
+	const head = "webhook-dedup: configuration:\n"
+	_, list, ok := strings.Cut(out, head)
+	if !ok {
+		t.Errorf("no %q in the output:\n%s", head, out)
+	}
+	return strings.Split(strings.TrimRight(list, "\n"), "\n")
+}
+
+// expectLines fails unless each of want starts exactly one of lines, and
+// lines holds nothing else: every problem is said, once, on its own line,
+// and nothing false beside.
+func expectLines(t *testing.T, lines, want []string) {
+	t.Helper()
+	for _, w := range want {
+		n := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, w) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d lines start %q, want 1", n, w)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Errorf("%d lines, want %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
+	}
+}
