@@ -19,7 +19,7 @@ STATICCHECK_VERSION := v0.8.2
 KUSTOMIZE_VERSION := v5.8.2
 DYNALITE_VERSION  := 4.0.0
 
-.PHONY: build test deps lint fuzz ci bench
+.PHONY: build test deps lint fuzz ci bench soak
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o webhook-dedup .
@@ -36,6 +36,12 @@ test: deps
 		echo "go test -race ./... (in $$mod)"; \
 		(cd $$mod && $(GO) test -race -count=1 ./...) || exit 1; \
 	done
+
+# The fault matrix (test/faults_test.go) run long, by hand: five times
+# the events of each cell and a fault four times as long (FAULT_SOAK=1).
+# `make test` runs the same matrix short.
+soak: deps
+	FAULT_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run '^TestFaultMatrix$$' ./test/
 
 # What the tests run for real: redis-server and PostgreSQL (Debian; the
 # tests run initdb and postgres themselves, as an unprivileged user when

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,9 +17,7 @@ import (
 // persistent volume is: it needs root (CI runs as root).
 func smallVolume(t *testing.T, size string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small volume to fill needs root (CI runs as root)")
-	}
+	needMounts(t, "mounting a small volume to fill")
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount a tmpfs on %s: %v: %s", dir, err, out)
@@ -26,6 +25,37 @@ func smallVolume(t *testing.T, size string) string {
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
 	return dir
 }
+
+// needMounts skips the test, saying why, where the machine forbids what
+// it does (mounting a volume): without root, or as a root whose
+// CAP_SYS_ADMIN is withheld (a container run without --privileged).
+func needMounts(t *testing.T, what string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("%s needs root (CI runs as root)", what)
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatalf("/proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		hex, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		if err != nil {
+			t.Fatalf("/proc/self/status %s: %v", line, err)
+		}
+		if caps&(1<<capSysAdmin) == 0 {
+			t.Skipf("%s needs CAP_SYS_ADMIN, which this machine withholds from root (a container run without --privileged)", what)
+		}
+	}
+}
+
+// capSysAdmin is CAP_SYS_ADMIN's bit in a capability set
+// (linux/capability.h): the one mount and fsfreeze need.
+const capSysAdmin = 21
 
 // fill writes a file until the volume is full, and returns a func that
 // deletes it.

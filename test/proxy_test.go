@@ -139,7 +139,7 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 // crashSigns in the process's output fail the test: a data race (the
 // binary is built with -race when the tests run with -race) or a panic in
 // a handler.
-var crashSigns = []string{"WARNING: DATA RACE", "http: panic serving", "panic: "}
+var crashSigns = []string{"WARNING: DATA RACE", "http: panic serving", "panic: ", "SIGQUIT: quit"}
 
 func envList(env map[string]string) []string {
 	list := make([]string, 0, len(env))
