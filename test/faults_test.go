@@ -68,10 +68,6 @@ var faultTimeouts = map[string]string{
 	"LEASE_TTL":        "3s",
 	"SHUTDOWN_DELAY":   "0s",
 	"SHUTDOWN_TIMEOUT": "2s",
-	// A binary built with -race sleeps a second before it exits, for
-	// racing goroutines to be caught: that second is the race
-	// detector's, not the shutdown's the cell measures.
-	"GORACE": "atexit_sleep_ms=0",
 }
 
 // faultShutdownBound is what the proxy promises for SIGTERM whatever its
