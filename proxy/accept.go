@@ -50,7 +50,7 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		}
 	}
 	start := time.Now()
-	queued, rec, err := h.cfg.Queue.Enqueue(h.storeCtx(wh), wh.key, req)
+	queued, rec, err := h.cfg.Queue.Enqueue(h.storeCtx(wh), wh.key, req, 0)
 	h.m.observeStore(opEnqueue, start, err)
 	if err != nil {
 		return h.storeUnavailable(w, r, wh, err)

@@ -39,11 +39,11 @@ func newQueueStore(t *testing.T) *queueStore {
 	return &queueStore{Store: d}
 }
 
-func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	if q.down.Load() {
 		return false, dedup.Record{}, errors.New("fake: connection refused")
 	}
-	return q.Store.Enqueue(ctx, key, req)
+	return q.Store.Enqueue(ctx, key, req, maxDepth)
 }
 
 // request is the request queued under key, as a worker takes it.
@@ -300,13 +300,13 @@ type heldEnqueues struct {
 	most    atomic.Int32
 }
 
-func (q *heldEnqueues) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+func (q *heldEnqueues) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	n := q.inside.Add(1)
 	defer q.inside.Add(-1)
 	for m := q.most.Load(); n > m && !q.most.CompareAndSwap(m, n); m = q.most.Load() {
 	}
 	<-q.release
-	return q.queueStore.Enqueue(ctx, key, req)
+	return q.queueStore.Enqueue(ctx, key, req, maxDepth)
 }
 
 // TestAsyncEnqueueConcurrency: no more enqueues run at once than

@@ -35,7 +35,7 @@ type Store interface {
 // Queue is what an async route needs of a store: claim the event and keep
 // its request for background delivery, in one step (dedup.Queue).
 type Queue interface {
-	Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error)
+	Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error)
 }
 
 // Config configures a Handler. Zero values are documented per field.
