@@ -203,14 +203,14 @@ type cachedQueue struct {
 
 // Enqueue answers a cached completed key without the store; otherwise it
 // enqueues in the store, and caches the completed record it may find.
-func (q *cachedQueue) Enqueue(ctx context.Context, key string, req Request) (bool, Record, error) {
+func (q *cachedQueue) Enqueue(ctx context.Context, key string, req Request, maxDepth int) (bool, Record, error) {
 	if err := ctx.Err(); err != nil {
 		return false, Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
 	if rec, ok := q.c.get(key); ok {
 		return false, rec, nil
 	}
-	won, rec, err := q.Queue.Enqueue(ctx, key, req)
+	won, rec, err := q.Queue.Enqueue(ctx, key, req, maxDepth)
 	if err == nil && !won {
 		q.c.put(key, rec)
 	}

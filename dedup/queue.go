@@ -16,6 +16,11 @@ var (
 	// not one a previous page returned. It is the caller's mistake, not
 	// the store's failure (the admin API answers 400, not 503).
 	ErrBadCursor = errors.New("dedup: dead letters: bad cursor")
+	// ErrQueueFull means Enqueue found the queue holding its maxDepth
+	// events waiting for delivery (QUEUE_MAX_DEPTH): nothing was claimed
+	// and nothing queued. The key was free: a duplicate is answered as
+	// one, full or not.
+	ErrQueueFull = errors.New("dedup: the queue is full")
 )
 
 // Request is a webhook request kept for background delivery: everything
@@ -94,7 +99,16 @@ type Producer interface {
 	// Enqueue claims key and stores req for delivery in one atomic step.
 	// If the key was free it returns true; otherwise false and the record
 	// that holds the key (a duplicate of any state), and stores nothing.
-	Enqueue(ctx context.Context, key string, req Request) (bool, Record, error)
+	//
+	// maxDepth, if positive, bounds the queue (QUEUE_MAX_DEPTH): a free
+	// key is refused with ErrQueueFull while maxDepth events or more wait
+	// for delivery (QueueStats.Depth). Where the store can, it checks the
+	// depth in the same atomic step, across every process sharing the
+	// queue; PostgreSQL checks it against its own reckoning, exact for the
+	// enqueues, Takes and retries of this process and as of its last read
+	// of the depth for the rest (pgstore's depthView). A retry is never
+	// refused, so the depth may pass maxDepth by the deliveries under way.
+	Enqueue(ctx context.Context, key string, req Request, maxDepth int) (bool, Record, error)
 }
 
 // Lane is the part of the queue a Take draws from, chosen by the route

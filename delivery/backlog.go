@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,7 +12,7 @@ import (
 )
 
 // backlogEvery is how often the Backlog reads the queue's stats: how
-// late /metrics and QUEUE_MAX_DEPTH may see the queue grow.
+// late /metrics may see the queue grow.
 const backlogEvery = time.Second
 
 // backlogIdle bounds the share of the time the Backlog spends reading the
@@ -27,31 +26,29 @@ const backlogIdle = 20
 var errNotRead = errors.New("delivery: the queue's stats are not read yet")
 
 // Backlog keeps the queue's stats as last read, once a second in the
-// background: what /metrics reports and QUEUE_MAX_DEPTH is checked
-// against, at a cost that grows neither with the backlog nor with the
-// rate of scrapes and webhooks (a store whose Stats is not O(1), on a
-// scrape every few seconds and a check on every webhook, would pay it
-// each time).
+// background: what /metrics reports, at a cost that grows neither with
+// the backlog nor with the rate of scrapes (a store whose Stats is not
+// O(1), on a scrape every few seconds, would pay it each time).
+// (QUEUE_MAX_DEPTH is the store's to check, as it enqueues: see
+// dedup.Producer. PostgreSQL's reckoning of the depth starts again from
+// each of these reads.)
 type Backlog struct {
-	stats    StatsSource
-	maxDepth int
-	every    time.Duration
-	log      *zap.Logger
+	stats StatsSource
+	every time.Duration
+	log   *zap.Logger
 
 	mu   sync.Mutex
 	last dedup.QueueStats
 	at   time.Time // when last was read; zero before the first read
 	err  error     // the last read's error, if it failed
-	full atomic.Bool
 }
 
-// NewBacklog returns a Backlog of stats; maxDepth, if positive, is the
-// depth from which Full reports true (QUEUE_MAX_DEPTH). Run reads.
-func NewBacklog(stats StatsSource, maxDepth int, log *zap.Logger) *Backlog {
+// NewBacklog returns a Backlog of stats. Run reads.
+func NewBacklog(stats StatsSource, log *zap.Logger) *Backlog {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Backlog{stats: stats, maxDepth: maxDepth, every: backlogEvery, log: log, err: errNotRead}
+	return &Backlog{stats: stats, every: backlogEvery, log: log, err: errNotRead}
 }
 
 // Run reads the stats at once and then every second, or less often when a
@@ -89,7 +86,7 @@ func (b *Backlog) read(ctx context.Context) {
 	defer b.mu.Unlock()
 	if err != nil {
 		if b.err == nil {
-			b.log.Warn("reading the queue's stats failed: /metrics leaves the queue gauges out, and QUEUE_MAX_DEPTH is checked against the last depth read, until the store answers", zap.Error(err))
+			b.log.Warn("reading the queue's stats failed: /metrics leaves the queue gauges out until the store answers", zap.Error(err))
 		}
 		b.err = err
 		return
@@ -98,19 +95,7 @@ func (b *Backlog) read(ctx context.Context) {
 		b.log.Info("reading the queue's stats works again")
 	}
 	b.last, b.at, b.err = st, time.Now(), nil
-	full := b.maxDepth > 0 && st.Depth >= b.maxDepth
-	if was := b.full.Swap(full); was != full {
-		if full {
-			b.log.Warn("the queue holds QUEUE_MAX_DEPTH events waiting for delivery: first-seen webhooks of async routes are answered 503 queue-full until it drains", zap.Int("depth", st.Depth), zap.Int("queue_max_depth", b.maxDepth))
-		} else {
-			b.log.Info("the queue is below QUEUE_MAX_DEPTH again: accepting webhooks of async routes", zap.Int("depth", st.Depth))
-		}
-	}
 }
-
-// Full reports whether the queue held QUEUE_MAX_DEPTH events or more
-// waiting for delivery at the last read.
-func (b *Backlog) Full() bool { return b.full.Load() }
 
 // Stats returns the stats as last read, the oldest event's age carried on
 // to now; an error when the last read failed, or before the first.

@@ -50,7 +50,7 @@ func TestCompletionReplay(t *testing.T) {
 			run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ReplayResponse: tc.replay, ReplayMaxBytes: tc.maxBytes})
 			await(t, "completion", func() bool { return q.record(t, "k").State == dedup.Completed })
 
-			queued, rec, err := q.Enqueue(context.Background(), "k", req)
+			queued, rec, err := q.Enqueue(context.Background(), "k", req, 0)
 			if err != nil || queued {
 				t.Fatalf("duplicate: queued %v, %v; want the completed record", queued, err)
 			}

@@ -38,7 +38,7 @@ func (q *diskQueue) Take(ctx context.Context, lane dedup.Lane, n int, lease time
 
 func (q *diskQueue) enqueue(t *testing.T, key string, req dedup.Request) {
 	t.Helper()
-	if ok, rec, err := q.Enqueue(context.Background(), key, req); err != nil || !ok {
+	if ok, rec, err := q.Enqueue(context.Background(), key, req, 0); err != nil || !ok {
 		t.Fatalf("enqueue %s: %v, %+v, %v", key, ok, rec, err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
@@ -15,9 +17,6 @@ import (
 // with us, so it is answered 200 duplicate and the sender stops retrying.
 // The body was read whole (handleWebhook reads it on async routes).
 func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) result {
-	if h.cfg.QueueFull != nil && h.cfg.QueueFull() {
-		return h.queueFull(w, r, wh)
-	}
 	// The store has copied the request by the time Enqueue returns, so the
 	// pooled body buffer and the header can be handed over as they are.
 	req := dedup.Request{
@@ -50,12 +49,19 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		}
 	}
 	start := time.Now()
-	queued, rec, err := h.cfg.Queue.Enqueue(h.storeCtx(wh), wh.key, req)
+	queued, rec, err := h.cfg.Queue.Enqueue(h.storeCtx(wh), wh.key, req, h.cfg.QueueMaxDepth)
+	if errors.Is(err, dedup.ErrQueueFull) {
+		h.m.observeStore(opEnqueue, start, nil) // the store's answer, not its failure
+		return h.queueFull(w, wh)
+	}
 	h.m.observeStore(opEnqueue, start, err)
 	if err != nil {
 		return h.storeUnavailable(w, r, wh, err)
 	}
 	if queued {
+		if h.refusing.Load() && h.refusing.Swap(false) {
+			h.log.Info("the queue has room again: accepting webhooks of async routes", zap.Int("queue_max_depth", h.cfg.QueueMaxDepth))
+		}
 		h.cfg.Enqueued()
 		return h.answer(w, wh.id, h.cfg.AsyncStatus, outcomeQueued, "", nil)
 	}
@@ -80,20 +86,14 @@ func (h *Handler) held(w http.ResponseWriter, wh *webhook, rec dedup.Record) res
 // while the queue is full: long enough for the workers to make room.
 const queueFullRetryAfter = "30"
 
-// queueFull answers a webhook of an async route while the queue holds
-// QUEUE_MAX_DEPTH events: a duplicate of an event the store holds is
-// answered as one (the sender can stop retrying); a first-seen one gets
-// 503 queue-full, and nothing is queued or claimed.
-func (h *Handler) queueFull(w http.ResponseWriter, r *http.Request, wh *webhook) result {
-	start := time.Now()
-	rec, err := h.cfg.Store.Lookup(h.storeCtx(wh), wh.key)
-	h.m.observeStore(opLookup, start, err)
-	switch {
-	case errors.Is(err, dedup.ErrNotFound):
-		w.Header().Set("Retry-After", queueFullRetryAfter)
-		return h.answer(w, wh.id, http.StatusServiceUnavailable, outcomeQueueFull, "the delivery queue is full (QUEUE_MAX_DEPTH), retry later", nil)
-	case err != nil:
-		return h.storeUnavailable(w, r, wh, err)
+// queueFull answers a first-seen webhook of an async route that the store
+// refused, the queue holding QUEUE_MAX_DEPTH events: 503 queue-full, and
+// nothing was queued or claimed (a duplicate the store answers as one).
+func (h *Handler) queueFull(w http.ResponseWriter, wh *webhook) result {
+	if !h.refusing.Load() && !h.refusing.Swap(true) {
+		h.log.Warn("the queue holds QUEUE_MAX_DEPTH events waiting for delivery: first-seen webhooks of async routes are answered 503 queue-full until it drains",
+			zap.Int("queue_max_depth", h.cfg.QueueMaxDepth))
 	}
-	return h.held(w, wh, rec)
+	w.Header().Set("Retry-After", queueFullRetryAfter)
+	return h.answer(w, wh.id, http.StatusServiceUnavailable, outcomeQueueFull, "the delivery queue is full (QUEUE_MAX_DEPTH), retry later", nil)
 }

@@ -39,11 +39,11 @@ func newQueueStore(t *testing.T) *queueStore {
 	return &queueStore{Store: d}
 }
 
-func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+func (q *queueStore) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	if q.down.Load() {
 		return false, dedup.Record{}, errors.New("fake: connection refused")
 	}
-	return q.Store.Enqueue(ctx, key, req)
+	return q.Store.Enqueue(ctx, key, req, maxDepth)
 }
 
 // request is the request queued under key, as a worker takes it.
@@ -259,19 +259,17 @@ func TestAsyncDeliveredDuplicates(t *testing.T) {
 	}
 }
 
-// TestAsyncQueueFull: while the queue is full (QUEUE_MAX_DEPTH), a
-// first-seen webhook of an async route is answered 503 queue-full with
-// Retry-After and nothing is queued; a duplicate of an event the store
-// holds is still answered as one; a sync route is not concerned; and once
-// the queue has room, the refused event is accepted.
+// TestAsyncQueueFull: while the queue holds QueueMaxDepth events, the
+// store refuses a first-seen webhook of an async route, answered 503
+// queue-full with Retry-After, and nothing is queued; a duplicate of an
+// event the store holds is still answered as one; a sync route is not
+// concerned; and once the queue has room, the refused event is accepted.
 func TestAsyncQueueFull(t *testing.T) {
 	q := newQueueStore(t)
-	var full atomic.Bool
-	f := newFixture(t, "/hooks=header:X-Id;async,/sync=header:X-Id", proxy.Config{Store: q, Queue: q, QueueFull: full.Load})
+	f := newFixture(t, "/hooks=header:X-Id;async,/sync=header:X-Id", proxy.Config{Store: q, Queue: q, QueueMaxDepth: 1})
 	if resp := f.post(t, "/hooks", map[string]string{"X-Id": "old"}, "{}"); resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("before the queue is full: %d, want 202", resp.StatusCode)
+		t.Fatalf("below QueueMaxDepth: %d, want 202", resp.StatusCode)
 	}
-	full.Store(true)
 	resp := f.post(t, "/hooks", map[string]string{"X-Id": "new"}, "{}")
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(proxy.HeaderOutcome) != "queue-full" || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("first-seen while full: %d %q Retry-After %q, want 503 queue-full with Retry-After", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome), resp.Header.Get("Retry-After"))
@@ -285,7 +283,9 @@ func TestAsyncQueueFull(t *testing.T) {
 	if resp := f.post(t, "/sync", map[string]string{"X-Id": "s1"}, "{}"); resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderOutcome) != "forwarded" {
 		t.Errorf("a sync route while full: %d %q, want forwarded", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
 	}
-	full.Store(false)
+	if _, ok := q.request(t, "test:/hooks:old"); !ok { // taken: no longer waiting
+		t.Fatal("the queued event was not there to take")
+	}
 	if resp := f.post(t, "/hooks", map[string]string{"X-Id": "new"}, "{}"); resp.StatusCode != http.StatusAccepted {
 		t.Errorf("the refused event once the queue has room: %d, want 202", resp.StatusCode)
 	}
@@ -300,13 +300,13 @@ type heldEnqueues struct {
 	most    atomic.Int32
 }
 
-func (q *heldEnqueues) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+func (q *heldEnqueues) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	n := q.inside.Add(1)
 	defer q.inside.Add(-1)
 	for m := q.most.Load(); n > m && !q.most.CompareAndSwap(m, n); m = q.most.Load() {
 	}
 	<-q.release
-	return q.queueStore.Enqueue(ctx, key, req)
+	return q.queueStore.Enqueue(ctx, key, req, maxDepth)
 }
 
 // TestAsyncEnqueueConcurrency: no more enqueues run at once than

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -35,7 +36,7 @@ type Store interface {
 // Queue is what an async route needs of a store: claim the event and keep
 // its request for background delivery, in one step (dedup.Queue).
 type Queue interface {
-	Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error)
+	Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error)
 }
 
 // Config configures a Handler. Zero values are documented per field.
@@ -58,12 +59,12 @@ type Config struct {
 	// intake does: left unbounded, 200 senders at once took 95% of both,
 	// and delivery fell to 5% of intake. If zero, no bound.
 	EnqueueConcurrency int
-	// QueueFull reports whether the queue holds QUEUE_MAX_DEPTH events
-	// waiting for delivery: a first-seen webhook of an async route is then
-	// answered 503 queue-full with Retry-After, and nothing is queued (a
-	// duplicate is still answered as one). If nil, the queue is never
-	// full.
-	QueueFull func() bool
+	// QueueMaxDepth bounds the events waiting for delivery
+	// (QUEUE_MAX_DEPTH): the store checks it as it enqueues
+	// (dedup.Producer), and a first-seen webhook of an async route it
+	// refuses is answered 503 queue-full with Retry-After, nothing queued
+	// (a duplicate is still answered as one). If zero, no bound.
+	QueueMaxDepth int
 	// Enqueued is called after a webhook was queued, so that this
 	// process's delivery workers take it at once rather than at their next
 	// poll. If nil, nothing is called.
@@ -152,6 +153,10 @@ type Handler struct {
 	// enqueues holds a token per enqueue under way (EnqueueConcurrency);
 	// nil: no bound.
 	enqueues chan struct{}
+	// refusing is set from the first webhook refused queue-full until one
+	// is queued again, so that the log says when each spell begins and
+	// ends, not each refusal.
+	refusing atomic.Bool
 }
 
 // ErrConfig is returned by New for a Config it cannot run with.

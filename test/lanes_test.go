@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -107,62 +106,6 @@ func TestAsyncRouteLanes(t *testing.T) {
 	}
 	if v := sample(px.metrics(t), "webhook_dedup_delivery_slots_in_use", map[string]string{"route": jsonPath.Path}); v != 16 {
 		t.Errorf("slots in use by the hanging route = %v, want its 16", v)
-	}
-}
-
-// TestAsyncQueueFull: once QUEUE_MAX_DEPTH events wait for delivery, a
-// first-seen webhook is answered 503 queue-full with Retry-After and
-// nothing is kept of it; a copy of a queued event is still a duplicate;
-// once the app drains the queue, the refused event is accepted.
-func TestAsyncQueueFull(t *testing.T) {
-	t.Parallel()
-	app := newScriptedApp(t, nil)
-	release := app.holdAll()
-	t.Cleanup(release)
-	env := asyncEnv(app.URL, diskStore.env(t))
-	env["DELIVERY_CONCURRENCY"] = "1"
-	env["QUEUE_MAX_DEPTH"] = "5"
-	px := startProxy(t, env)
-	ctx, client := testContext(t), newClient(t)
-	for i := range 6 { // one at the app, five waiting
-		expect(t, "a webhook below the bound", mustSend(t, ctx, client, px, acme, acme.Event(i)), 202, "queued")
-	}
-	px.awaitMetric(t, "webhook_dedup_queue_depth", nil, 5)
-	// The depth is read once a second: until then a first-seen webhook is
-	// accepted, so each try sends another.
-	var refused event
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 100; ; i++ {
-		refused = acme.Event(i)
-		a := mustSend(t, ctx, client, px, acme, refused)
-		if a.Status == http.StatusServiceUnavailable {
-			expect(t, "a first-seen webhook with the queue full", a, 503, "queue-full")
-			if ra, err := a.retryAfter(); err != nil || ra <= 0 {
-				t.Errorf("queue-full Retry-After: %d, %v; want whole seconds", ra, err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with 5 waiting of QUEUE_MAX_DEPTH=5, a first-seen webhook got %s", a)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if ev := px.event(t, acme, refused.ID); ev.State != "" {
-		t.Errorf("the refused event is %q in the store, want unknown", ev.State)
-	}
-	expect(t, "a copy of a queued event with the queue full", mustSend(t, ctx, client, px, acme, acme.Event(3)), 200, "duplicate")
-	release()
-	pollCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		a := mustSend(t, ctx, client, px, acme, refused)
-		if a.Status == 202 {
-			break
-		}
-		if pollCtx.Err() != nil {
-			t.Fatalf("once the queue drained, the refused event got %s, want 202", a)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -37,17 +37,29 @@ func (c *queueCounts) stats(now time.Time) dedup.QueueStats {
 	ms := now.UnixMilli()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// max(0, …): two commits' tallies may be applied in the other order
-	// (bbolt runs a commit's handlers after it lets the next writer in),
-	// for a moment; never below nothing.
+	// max(0, …): a guard; the tallies are applied in commit order
+	// (Store.update).
 	st := dedup.QueueStats{
-		Depth:       max(0, c.queued+c.delivering-c.leases.ahead(ms)),
+		Depth:       max(0, c.depthAt(ms)),
 		DeadLetters: max(0, c.dead.ahead(ms)),
 	}
 	if t, ok := c.accepted.earliest(); ok {
 		st.OldestAge = max(0, time.Duration(ms-t)*time.Millisecond)
 	}
 	return st
+}
+
+// depth is Stats' Depth at now (unix ms): the events waiting for
+// delivery, as of the last transaction committed.
+func (c *queueCounts) depth(now int64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.depthAt(now)
+}
+
+// depthAt is depth; c.mu must be held.
+func (c *queueCounts) depthAt(now int64) int {
+	return c.queued + c.delivering - c.leases.ahead(now)
 }
 
 // count adds ch to the counts. c.mu must be held.
@@ -85,12 +97,16 @@ func (c *queueCounts) apply(t *tally, now time.Time) {
 
 // tally collects the records one write transaction adds to or removes
 // from the counts, applied once the transaction commits (tx.OnCommit): a
-// bbolt batch runs a function again when another in its batch fails, and
-// only the run that commits counts. Its methods do nothing on a nil
-// tally (the transaction that opens the file: its counts are read from
-// the file after it).
+// group commit runs its writes again when one of them fails, and only
+// the run that commits counts. Every write of a transaction shares its
+// tally (Store.txTally), so each sees what those before it changed. Its
+// methods do nothing on a nil tally (the transaction that opens the
+// file: its counts are read from the file after it).
 type tally struct {
 	changes []change
+	// waiting is what the changes add to the depth (queueCounts.depth):
+	// a queued record, or a delivering one whose lease has run out.
+	waiting int
 }
 
 // change is one record added to (k = 1) or removed from (k = -1) the
@@ -113,8 +129,12 @@ func changeOf(a codec.Async, expires int64, k int) change {
 // note records that the transaction adds (k = 1) or removes (k = -1) a,
 // which expires at expires (unix ms, 0: never).
 func (t *tally) note(a codec.Async, expires int64, k int) {
-	if t != nil {
-		t.changes = append(t.changes, changeOf(a, expires, k))
+	if t == nil {
+		return
+	}
+	t.changes = append(t.changes, changeOf(a, expires, k))
+	if a.State == dedup.Queued || (a.State == dedup.Delivering && a.At <= time.Now().UnixMilli()) {
+		t.waiting += k
 	}
 }
 

@@ -152,7 +152,7 @@ func churn(t *testing.T, d *Store, rng *rand.Rand, rounds int) {
 		case op < 3:
 			req := storetest.Request
 			req.Route = fmt.Sprint("r", rng.IntN(3))
-			_, _, err = d.Enqueue(ctx, fmt.Sprint("k", rng.IntN(40)), req)
+			_, _, err = d.Enqueue(ctx, fmt.Sprint("k", rng.IntN(40)), req, 0)
 		case op == 3:
 			var ds []dedup.Delivery
 			ds, err = d.Take(ctx, dedup.RouteLane(fmt.Sprint("r", rng.IntN(4))), 1+rng.IntN(3), short())
@@ -280,7 +280,7 @@ func fillQueue(tb testing.TB, d *Store, n int) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
-				if _, _, err := d.Enqueue(context.Background(), fmt.Sprint("bench/", i), storetest.Request); err != nil {
+				if _, _, err := d.Enqueue(context.Background(), fmt.Sprint("bench/", i), storetest.Request, 0); err != nil {
 					errs <- err
 					return
 				}

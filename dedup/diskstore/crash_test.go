@@ -133,7 +133,7 @@ func crashChild(t *testing.T, dir, logPath string) {
 		go func() {
 			for i := 0; ; i++ {
 				key := fmt.Sprintf("%s%d:%d", prefix, g, i)
-				if won, _, err := d.Enqueue(ctx, key, req); err != nil || !won {
+				if won, _, err := d.Enqueue(ctx, key, req, 0); err != nil || !won {
 					panic(fmt.Sprint("enqueue: ", won, err))
 				}
 				mu.Lock()

@@ -70,6 +70,16 @@ type Store struct {
 
 	// counts are what Stats reports, kept by the commits that change them.
 	counts *queueCounts
+	// writing holds each write transaction and its commit's handlers
+	// together (update), so that the next one sees the counts of every
+	// transaction before it: bbolt runs a commit's handlers only after it
+	// lets the next writer in. cur is the tally of the write transaction
+	// under way (txTally); both are only touched by writes.
+	writing sync.Mutex
+	cur     struct {
+		tx    *bolt.Tx
+		tally *tally
+	}
 
 	// stop ends the sweep of expired records; done waits for it.
 	stop      context.CancelFunc
@@ -264,8 +274,7 @@ func (d *Store) write(fn func(b diskBuckets) error) error {
 			d.onWrite(tx)
 		}
 		b := buckets(tx)
-		b.tally = &tally{}
-		tx.OnCommit(func() { d.counts.apply(b.tally, time.Now()) })
+		b.tally = d.txTally(tx)
 		return fn(b)
 	}
 	if d.unbatched {
@@ -274,12 +283,34 @@ func (d *Store) write(fn func(b diskBuckets) error) error {
 	return d.commit(run)
 }
 
-// update runs fn in a write transaction of its own, committed before it
-// returns.
+// txTally is the tally of the write transaction tx, shared by every write
+// it runs, and counted once tx commits. Only writes call it, one
+// transaction at a time (update).
+func (d *Store) txTally(tx *bolt.Tx) *tally {
+	if d.cur.tx != tx {
+		t := &tally{}
+		d.cur.tx, d.cur.tally = tx, t
+		tx.OnCommit(func() { d.counts.apply(t, time.Now()) })
+	}
+	return d.cur.tally
+}
+
+// update runs fn in a write transaction of its own, committed (and its
+// changes to the counts applied) before it returns.
 func (d *Store) update(fn func(tx *bolt.Tx) error) error {
+	d.writing.Lock()
+	defer d.writing.Unlock()
 	err := d.db.Update(fn)
+	d.cur.tx, d.cur.tally = nil, nil
 	d.noteRefusal(err)
 	return err
+}
+
+// depth is the depth of the queue (Stats' Depth) as b's write sees it:
+// what the transactions before it committed, and what the writes before
+// it in its own transaction changed.
+func (d *Store) depth(b diskBuckets, now int64) int {
+	return d.counts.depth(now) + b.tally.waiting
 }
 
 // noteRefusal keeps refused in step with what the volume did with the
@@ -739,24 +770,30 @@ var probeKey = []byte("\x00webhook-dedup:probe")
 
 // Enqueue claims key and stores req for delivery in one transaction,
 // committed to the file before it returns. If the key was free it returns
-// true; otherwise false and the record that holds the key.
-func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+// true; otherwise false and the record that holds the key. With maxDepth,
+// the depth is checked in the same transaction: exact, as one process
+// holds the file.
+func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
 	payload := codec.EncodeRequest(req)
 	var (
-		won bool
-		rec dedup.Record
+		won, full bool
+		rec       dedup.Record
 	)
 	err := d.write(func(b diskBuckets) error {
 		now := time.Now().UnixMilli()
 		k := []byte(key)
+		won, full = false, false
 		if s, ok := b.get(k, now); ok {
-			won = false
 			var err error
 			rec, err = s.record(now)
 			return err
+		}
+		if maxDepth > 0 && d.depth(b, now) >= maxDepth {
+			full = true
+			return nil
 		}
 		won = true
 		if err := b.deleteAll(k); err != nil { // an expired record
@@ -768,6 +805,9 @@ func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 		}
 		return b.putAsync(k, req.Route, codec.Async{}, a, 0)
 	})
+	if err == nil && full {
+		err = dedup.ErrQueueFull
+	}
 	if err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}

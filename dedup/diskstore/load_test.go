@@ -139,7 +139,7 @@ func TestLoad(t *testing.T) {
 			for time.Now().Before(deadline) {
 				key := "webhook-dedup:stripe:evt_" + nonce + "_" + strconv.FormatInt(n.Add(1), 10)
 				t0 := time.Now()
-				won, _, err := d.Enqueue(ctx, key, req)
+				won, _, err := d.Enqueue(ctx, key, req, 0)
 				if err != nil || !won {
 					t.Errorf("enqueue %s: %v, %v", key, won, err)
 					return

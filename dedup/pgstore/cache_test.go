@@ -102,7 +102,7 @@ func TestCachedQueueDuplicateDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	won, rec, err := c.Enqueue(context.Background(), "k", storetest.Request)
+	won, rec, err := c.Enqueue(context.Background(), "k", storetest.Request, 0)
 	if err != nil || won || rec.State != dedup.Completed || rec.Delivery.Attempts != 1 {
 		t.Errorf("Enqueue of a delivered event during the outage = %v, %+v, %v; want the completed record", won, rec, err)
 	}

@@ -82,6 +82,12 @@ type Store struct {
 	// owner checks that the key prefix is this app's (see CheckOwner).
 	owner storeop.Owner
 
+	// depth is this process's reckoning of the queue's depth, for
+	// Enqueue's bound; reading holds Enqueue's own reads of it to one at
+	// a time.
+	depth   depthView
+	reading sync.Mutex
+
 	notifyOnce sync.Once
 	notify     chan struct{}
 	// background lives until Close: the pruner's, the migration's and

@@ -168,8 +168,11 @@ FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key`
 
 // Enqueue claims key and stores req for delivery in one statement (one
 // commit). If the key was free it returns true; otherwise false and the
-// record that holds the key, and stores nothing.
-func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+// record that holds the key, and stores nothing. maxDepth is checked
+// against the depth this process reckons (depthView): exact for what this
+// process does, and as of its last read of the depth for what the other
+// replicas sharing the tables do.
+func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
@@ -183,8 +186,16 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	if err := s.owner.Checked(ctx); err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
+	admitted, err := s.admit(ctx, maxDepth)
+	if err != nil {
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: reading the queue's depth: %w", key, err)
+	}
+	if !admitted {
+		return s.refused(ctx, key)
+	}
 	won, rec, err := s.claimOnce(ctx, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
 		req.RemoteAddr, req.TLS, body, s.sql.notify, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent)
+	s.depth.answered(won || err != nil)
 	if err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
@@ -198,6 +209,7 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	epoch := s.depth.takeBegins()
 	tok := codec.NewToken()
 	sql, args := s.sql.takeAll, []any{n, tok[:], micros(lease)}
 	switch {
@@ -239,6 +251,7 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("dedup: take: %w", err)
 	}
+	s.depth.took(epoch, len(out))
 	return out, nil
 }
 
@@ -293,7 +306,11 @@ func (s *Store) succeeded(ctx context.Context, d dedup.Delivery) bool {
 
 // Retry gives d back to the queue, due again at next.
 func (s *Store) Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error {
-	return s.settle(ctx, "retry", d, s.sql.retry, next, nullStatus(status), reason)
+	err := s.settle(ctx, "retry", d, s.sql.retry, next, nullStatus(status), reason)
+	if !errors.Is(err, dedup.ErrNotOwner) {
+		s.depth.raise() // it waits again, or may (an answer lost)
+	}
+	return err
 }
 
 // Fail dead-letters d's event, kept with its request for keep.
@@ -323,10 +340,12 @@ func (s *Store) Requeue(ctx context.Context, key string) error {
 	defer cancel()
 	var requeued, exists, notified bool
 	if err := s.pool.QueryRow(ctx, s.sql.requeue, key, s.sql.notify).Scan(&requeued, &exists, &notified); err != nil {
+		s.depth.raise() // it may wait again (an answer lost)
 		return fmt.Errorf("dedup: requeue %s: %w", key, err)
 	}
 	switch {
 	case requeued:
+		s.depth.raise()
 		return nil
 	case exists:
 		return fmt.Errorf("dedup: requeue %s: %w", key, dedup.ErrNotFailed)
@@ -378,7 +397,7 @@ func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 }
 
 // Stats reports the queue's depth, its oldest event's age and the number
-// of dead letters.
+// of dead letters; the depth is the depth view's new start.
 func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
@@ -387,9 +406,13 @@ func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	defer cancel()
 	var st dedup.QueueStats
 	var oldest int64
+	read := s.depth.beginRead(time.Now())
 	if err := s.pool.QueryRow(ctx, s.sql.stats).Scan(&st.Depth, &oldest, &st.DeadLetters); err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
 	}
+	// Every read is the depth view's too: the delivery Backlog's, every
+	// second, keeps it fresh.
+	s.depth.endRead(read, st.Depth, time.Now())
 	st.OldestAge = time.Duration(oldest) * time.Microsecond
 	return st, nil
 }

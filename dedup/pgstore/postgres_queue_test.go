@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -72,7 +73,7 @@ func enqueueOn(t *testing.T, s *Store, route string, n int) {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
 				key := fmt.Sprintf("%s/%d", route, i)
-				if won, _, err := s.Enqueue(context.Background(), key, req); err != nil || !won {
+				if won, _, err := s.Enqueue(context.Background(), key, req, 0); err != nil || !won {
 					errs <- fmt.Errorf("Enqueue %s = %v, %v", key, won, err)
 				}
 			}
@@ -231,4 +232,63 @@ func TestPostgresLanesTakenConcurrently(t *testing.T) {
 			t.Errorf("%s handed out %d times, by lanes %+v", key, len(by), by)
 		}
 	}
+}
+
+// TestPostgresDepthAcrossReplicas: each process sharing the tables checks
+// maxDepth against its own reckoning of the depth (depthView), in which
+// its own enqueues count at once and another's from its next read of the
+// depth. The queue then passes the bound by what the others accepted
+// since that read, the slack docs/delivery.md states, and no further once
+// each has read it; and a process that finds the queue full reads it
+// again (at most once a second), so it sees the room another made.
+func TestPostgresDepthAcrossReplicas(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	a := openPostgres(t, nil, Config{URL: url})
+	b := openPostgres(t, nil, Config{URL: url})
+	ctx := context.Background()
+	const bound = 5
+	enqueue := func(s *Store, key string) error {
+		won, rec, err := s.Enqueue(ctx, key, storetest.Request, bound)
+		if err == nil && !won {
+			return fmt.Errorf("Enqueue %s: a loss to %v", key, rec.State)
+		}
+		return err
+	}
+	storetest.Stats(t, a)
+	storetest.Stats(t, b) // both read the depth: none
+	for i := range bound {
+		if err := enqueue(a, fmt.Sprint("a/", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enqueue(a, "a/over"); !errors.Is(err, dedup.ErrQueueFull) {
+		t.Errorf("a's enqueue past the bound of its own = %v, want dedup.ErrQueueFull", err)
+	}
+	// b has not read the depth since: a's five are its slack.
+	for i := range bound {
+		if err := enqueue(b, fmt.Sprint("b/", i)); err != nil {
+			t.Fatalf("b's enqueue %d, within the slack: %v", i, err)
+		}
+	}
+	if err := enqueue(b, "b/over"); !errors.Is(err, dedup.ErrQueueFull) {
+		t.Errorf("b's enqueue past the bound of its own = %v, want dedup.ErrQueueFull", err)
+	}
+	if st := storetest.Stats(t, b); st.Depth != 2*bound {
+		t.Errorf("Stats = %+v, want the bound and the slack: %d", st, 2*bound)
+	}
+	// b took the others' work in with that read; a reads the depth again
+	// once it finds the queue full a second after its read.
+	if err := enqueue(b, "b/over"); !errors.Is(err, dedup.ErrQueueFull) {
+		t.Errorf("b's enqueue once it read the depth = %v, want dedup.ErrQueueFull", err)
+	}
+	if ds := storetest.Take(t, b, 2*bound, storetest.Lease); len(ds) != 2*bound {
+		t.Fatalf("b took %d deliveries, want %d", len(ds), 2*bound)
+	}
+	storetest.Eventually(t, "a to see the room b made", func() bool {
+		err := enqueue(a, "a/later")
+		if err != nil && !errors.Is(err, dedup.ErrQueueFull) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 }

@@ -439,7 +439,7 @@ func TestPostgresNotify(t *testing.T) {
 		}
 	}
 	wait("listening") // the first signal says it listens
-	if won, _, err := other.Enqueue(context.Background(), "k", storetest.Request); err != nil || !won {
+	if won, _, err := other.Enqueue(context.Background(), "k", storetest.Request, 0); err != nil || !won {
 		t.Fatalf("Enqueue = %v, %v", won, err)
 	}
 	wait("after an Enqueue on another store")

@@ -195,7 +195,7 @@ func TestRedisOwner(t *testing.T) {
 	if err := b.Ping(ctx); !errors.Is(err, dedup.ErrPrefixOwned) {
 		t.Errorf("another app's ping = %v, want ErrPrefixOwned", err)
 	}
-	if _, _, err := b.Enqueue(ctx, "shared:stripe:evt_3", storetest.Request); !errors.Is(err, dedup.ErrPrefixOwned) {
+	if _, _, err := b.Enqueue(ctx, "shared:stripe:evt_3", storetest.Request, 0); !errors.Is(err, dedup.ErrPrefixOwned) {
 		t.Errorf("another app's enqueue = %v, want ErrPrefixOwned", err)
 	}
 	if _, err := b.Take(ctx, dedup.AllRoutes, 1, storetest.Lease); !errors.Is(err, dedup.ErrPrefixOwned) {

@@ -2,10 +2,11 @@
 -- atomically: KEYS[1] the event's record (a hash), KEYS[2] its request,
 -- KEYS[3] the index of open events. ARGV[1] is the event's key, ARGV[2]
 -- the request, ARGV[3] a fresh random token, ARGV[4] the route the event
--- was accepted on, ARGV[5] the hash tag, ARGV[6] the consumer group. Every
+-- was accepted on, ARGV[5] the hash tag, ARGV[6] the consumer group,
+-- ARGV[7] the most events that may wait for delivery (0: no bound). Every
 -- key shares one hash slot. Returns the new stream entry's ID when the
--- caller won, or {fields, pttl, now} of the record that already holds the
--- key.
+-- caller won, {fields, pttl, now} of the record that already holds the
+-- key, or 0 when the key is free but the queue full.
 local now = now_ms()
 local held = redis.call('HGETALL', KEYS[1])
 if #held > 0 then
@@ -15,6 +16,16 @@ if #held > 0 then
     return redis.call('HGET', KEYS[1], 'e')
   end
   return {held, redis.call('PTTL', KEYS[1]), now}
+end
+local max_depth = tonumber(ARGV[7])
+if max_depth > 0 then
+  -- The depth as Stats counts it, in the step that adds to it: exact,
+  -- whichever replica asks. The open events alone are a bound on it (one
+  -- ZCARD), so the deliveries under way are counted only near the bound.
+  local open = redis.call('ZCARD', KEYS[3])
+  if open >= max_depth and open - held_deliveries(ARGV[5], ARGV[6]) >= max_depth then
+    return 0
+  end
 end
 local route = ARGV[4]
 local id = add_entry(ARGV[5], ARGV[6], ARGV[1], route)

@@ -1,6 +1,7 @@
 -- What the queue's scripts share (redisqueue.go puts it before each one
 -- that uses it): the names of a route's keys, adding an event to its
--- route's stream, and finding the stream an event's entry is on.
+-- route's stream, finding the stream an event's entry is on, and counting
+-- the deliveries under way.
 
 -- now_ms is the server's clock in ms: every lease and due time is on it,
 -- whichever replica asks.
@@ -82,3 +83,18 @@ local function every_stream(tag)
   return streams
 end
 
+
+-- held_deliveries counts the deliveries taken and not settled: the
+-- pending lists of every route's stream, one XPENDING summary each,
+-- whatever the backlog. The queue's depth (what waits for delivery) is
+-- the open events less these.
+local function held_deliveries(tag, group)
+  local held = 0
+  for _, stream in ipairs(every_stream(tag)) do
+    local p = redis.pcall('XPENDING', stream, group)
+    if type(p) == 'table' and not p.err then
+      held = held + p[1]
+    end
+  end
+  return held
+end

@@ -357,8 +357,8 @@ func (s prefixed) Forget(ctx context.Context, key string) (bool, error) {
 	return s.Store.Forget(ctx, s.p+key)
 }
 
-func (s prefixed) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
-	return s.Store.Enqueue(ctx, s.p+key, req)
+func (s prefixed) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
+	return s.Store.Enqueue(ctx, s.p+key, req, maxDepth)
 }
 
 func (s prefixed) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {

@@ -203,8 +203,9 @@ var _ dedup.Queue = (*Store)(nil)
 // the master fsync'd it to its append-only file); if they do not, it is
 // taken back and reported as an error wrapping ErrNotReplicated. (The
 // marker on the sync key is not waited for: a failover that loses it
-// loses only a sync route's view of the event, not the event.)
-func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+// loses only a sync route's view of the event, not the event.) The script
+// checks maxDepth itself, against the queue every replica shares.
+func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
@@ -231,7 +232,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	err = s.onMaster(ctx, s.queue.open, func(c redis.Scripter, replicate func() error) error {
 		var err error
 		answer, err = queueEnqueueScript.Run(ctx, c, []string{s.queue.record(key), s.queue.request(key), s.queue.open},
-			key, payload, qtok, req.Route, s.queue.tag, queueGroup).Result()
+			key, payload, qtok, req.Route, s.queue.tag, queueGroup, max(maxDepth, 0)).Result()
 		if err != nil {
 			return err
 		}
@@ -251,6 +252,10 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request) (boo
 	}
 	if _, won := answer.(string); won {
 		return true, dedup.Record{}, nil
+	}
+	if n, ok := answer.(int64); ok && n == 0 { // the key was free, the queue full
+		s.unmark(ctx, key)
+		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, dedup.ErrQueueFull)
 	}
 	rec, err := asyncFromReply(answer)
 	if err != nil {
@@ -544,6 +549,16 @@ func (s *Store) heldBy(ctx context.Context, key string, v any) (rec dedup.Record
 	}
 	rec, err = recordWithTTL(v)
 	return rec, err == nil, err
+}
+
+// unmark takes back the marker an enqueue that claimed nothing set, unless
+// an enqueue of the same event running at once queued it meanwhile (its
+// record then holds the key, and needs the marker). Best effort: a marker
+// left behind is cleared by the next claim of key.
+func (s *Store) unmark(ctx context.Context, key string) {
+	if _, err := s.lookupAsync(ctx, key); errors.Is(err, dedup.ErrNotFound) {
+		_ = s.clearMarker(ctx, key)
+	}
 }
 
 // clearMarker deletes key's marker, if it still holds one: its async record

@@ -270,7 +270,7 @@ func TestRedisEnqueueWaitsForReplicas(t *testing.T) {
 	s := open(t, cfg)
 	replica.Pause()
 	defer replica.Resume()
-	if _, _, err := s.Enqueue(ctx, "refused", storetest.Request); !errors.Is(err, ErrNotReplicated) {
+	if _, _, err := s.Enqueue(ctx, "refused", storetest.Request, 0); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("Enqueue with the replica paused = %v, want ErrNotReplicated", err)
 	}
 	if _, err := s.Lookup(ctx, "refused"); !errors.Is(err, dedup.ErrNotFound) {

@@ -127,7 +127,7 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 func benchEnqueue(b *testing.B, s dedup.Queue, key string) {
-	won, _, err := s.Enqueue(context.Background(), key, Request)
+	won, _, err := s.Enqueue(context.Background(), key, Request, 0)
 	if err != nil {
 		b.Error(err)
 	} else if !won {

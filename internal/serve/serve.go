@@ -82,22 +82,18 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
 	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
 	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp)
-	var enqueued func()       // nil: proxy.New makes it a no-op
-	var queueFull func() bool // nil: never full
+	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.Nudge
 	}
-	if backlog != nil && cfg.AsyncRoutes() && cfg.QueueMaxDepth > 0 {
-		queueFull = backlog.Full
-	}
 	handler, err := proxy.New(proxy.Config{
-		Upstream:    cfg.Upstream,
-		Routes:      routes,
-		Store:       st,
-		Queue:       queue,
-		AsyncStatus: cfg.AsyncStatus,
-		Enqueued:    enqueued,
-		QueueFull:   queueFull,
+		Upstream:      cfg.Upstream,
+		Routes:        routes,
+		Store:         st,
+		Queue:         queue,
+		AsyncStatus:   cfg.AsyncStatus,
+		Enqueued:      enqueued,
+		QueueMaxDepth: cfg.QueueMaxDepth,
 		// As many enqueues at once as deliveries: under a flood of
 		// senders, delivery keeps its share (SPEC: intake never starves
 		// the workers).
@@ -402,8 +398,8 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // route is async, and also when none is but the store still holds events
 // that async routes queued (a route rolled back from async to sync): they
 // were answered 202, so they are delivered, never stranded. Otherwise it
-// returns nils. The Backlog keeps the queue's stats, for /metrics and
-// QUEUE_MAX_DEPTH; it is to be run.
+// returns nils. The Backlog keeps the queue's stats, for /metrics (and
+// PostgreSQL's reckoning of the depth); it is to be run.
 func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) (dedup.Queue, *delivery.Workers, *delivery.Backlog) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
@@ -412,7 +408,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 	}
 	queue := backend.Queue
 	dlog := log.Named("delivery")
-	backlog := delivery.NewBacklog(queue, cfg.QueueMaxDepth, dlog)
+	backlog := delivery.NewBacklog(queue, dlog)
 	var resign func(route, namespace string) delivery.Resigner // nil: RESIGN=off
 	if cfg.Resign == config.ResignAuto {
 		resign = resigners(routes)

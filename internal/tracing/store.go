@@ -68,14 +68,15 @@ func (o ops) start(ctx context.Context, op string) (context.Context, trace.Span)
 		trace.WithAttributes(o.system, semconv.DBOperationName(op)))
 }
 
-// end ends a span start began. A record not found and a claim no longer
-// owned are the store answering, not failing: not errors.
+// end ends a span start began. A record not found, a claim no longer
+// owned and a full queue are the store answering, not failing: not
+// errors.
 func end(span trace.Span, err error, attrs ...attribute.KeyValue) {
 	if span == nil {
 		return
 	}
 	span.SetAttributes(attrs...)
-	if err != nil && !errors.Is(err, dedup.ErrNotFound) && !errors.Is(err, dedup.ErrNotOwner) {
+	if err != nil && !errors.Is(err, dedup.ErrNotFound) && !errors.Is(err, dedup.ErrNotOwner) && !errors.Is(err, dedup.ErrQueueFull) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -145,9 +146,9 @@ type queue struct {
 	ops
 }
 
-func (q *queue) Enqueue(ctx context.Context, key string, req dedup.Request) (bool, dedup.Record, error) {
+func (q *queue) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	ctx, span := q.start(ctx, "enqueue")
-	won, rec, err := q.next.Enqueue(ctx, key, req)
+	won, rec, err := q.next.Enqueue(ctx, key, req, maxDepth)
 	if span != nil {
 		end(span, err, claimed(won, rec)...)
 	}

@@ -96,7 +96,7 @@ func TestBackendSpans(t *testing.T) {
 	if err := b.Store.Complete(ctx, c, dedup.Result{Status: 200}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if won, _, err := b.Queue.Enqueue(ctx, "q", storetest.Request); err != nil || !won {
+	if won, _, err := b.Queue.Enqueue(ctx, "q", storetest.Request, 0); err != nil || !won {
 		t.Fatalf("enqueue: %v, %v", won, err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
