@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -209,30 +208,54 @@ func serveUntilClosed(s *http.Server, ln net.Listener) error {
 }
 
 // inflight counts the requests being served, so that the drain can wait
-// for them and say how many it left.
+// for them and say how many it left. (A sync.WaitGroup would do, but its
+// Wait must not race with an Add from zero, and a request may begin at
+// any time before the listener closes.)
 type inflight struct {
-	wg sync.WaitGroup
-	n  atomic.Int64
+	mu sync.Mutex
+	n  int
+	// idle is closed when n falls to zero; nil while nobody waits.
+	idle chan struct{}
 }
 
 // track is h with its requests counted.
 func (f *inflight) track(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.wg.Add(1)
-		f.n.Add(1)
-		defer func() {
-			f.n.Add(-1)
-			f.wg.Done()
-		}()
+		f.add(1)
+		defer f.add(-1)
 		h.ServeHTTP(w, r)
 	})
+}
+
+func (f *inflight) add(delta int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n += delta
+	if f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
 }
 
 // wait waits until no request is being served or ctx ends, and returns
 // how many still are.
 func (f *inflight) wait(ctx context.Context) int {
-	if err := within(ctx, func() error { f.wg.Wait(); return nil }); err == nil {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
 		return 0
 	}
-	return int(f.n.Load())
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	idle := f.idle
+	f.mu.Unlock()
+	select {
+	case <-idle:
+		return 0
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
 }
