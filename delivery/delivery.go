@@ -121,10 +121,6 @@ type Config struct {
 	// PollInterval is how often an idle worker pool looks for due
 	// deliveries; Nudge makes it look at once. If zero, 200ms.
 	PollInterval time.Duration
-	// ShutdownTimeout is how long running attempts may go on once Run's
-	// context is done; then they are cancelled and given back to the
-	// queue. If zero, 25s.
-	ShutdownTimeout time.Duration
 	// StoreTimeout bounds each settling store call. If zero, 5s.
 	StoreTimeout time.Duration
 	// Logger logs one line per attempt. If nil, nothing is logged.
@@ -150,6 +146,15 @@ type Workers struct {
 	lanes []*lane
 	// tracer makes the attempts' spans; nil when tracing is off.
 	tracer trace.Tracer
+
+	// running counts the attempts under way. They run on attempts, which
+	// outlives Run's context (a SIGTERM stops the taking, not the
+	// attempts) until Drain cancels it (abandon).
+	running  sync.WaitGroup
+	attempts context.Context
+	abandon  context.CancelFunc
+	// stopped is closed once Run takes no more.
+	stopped chan struct{}
 }
 
 // restLabel is the route label of the lane of routes without one.
@@ -196,9 +201,6 @@ func New(cfg Config) *Workers {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 200 * time.Millisecond
 	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 25 * time.Second
-	}
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = 5 * time.Second
 	}
@@ -231,7 +233,9 @@ func New(cfg Config) *Workers {
 		completion: completion,
 		forward:    newForwarder(cfg.Upstream, transport, completion, cfg.Logger),
 		tracer:     tracer,
+		stopped:    make(chan struct{}),
 	}
+	w.attempts, w.abandon = context.WithCancel(context.Background())
 	add := func(from dedup.Lane, label string) {
 		w.lanes = append(w.lanes, &lane{
 			from: from, label: label,
@@ -262,44 +266,47 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Run delivers until ctx is done. Then it takes nothing more, lets the
-// running attempts finish for up to ShutdownTimeout, cancels those still
-// running (their events go back to the queue, due at once) and returns.
-// Everything not taken stays queued for the next process.
+// Run delivers until ctx is done. Then it takes nothing more and returns;
+// the attempts under way go on until Drain. Run them once.
 func (w *Workers) Run(ctx context.Context) error {
-	// Attempts outlive ctx: a SIGTERM stops the taking, not the
-	// attempts under way.
-	attemptCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
-	defer abandon()
-	var running, taking sync.WaitGroup
+	defer close(w.stopped)
+	var taking sync.WaitGroup
 	for _, l := range w.lanes {
 		w.cfg.Metrics.slots(l.label, 0)
-		taking.Add(1)
-		go func() {
-			defer taking.Done()
-			w.take(ctx, attemptCtx, l, &running)
-		}()
+		taking.Go(func() { w.take(ctx, w.attempts, l, &w.running) })
 	}
 	taking.Wait()
+	return nil
+}
 
+// Drain ends the attempts Run started, once Run's context is done: it lets
+// them finish until finish ends, then cancels those still running, whose
+// events go back to the queue, due at once, and waits for them until exit
+// ends. It returns how many deliveries were still unsettled then: their
+// outcome is not written, and their events stay leased until their lease
+// runs out, then are delivered again. Everything not taken stays queued
+// for the next process. The caller owns both deadlines (SHUTDOWN_DELAY +
+// SHUTDOWN_TIMEOUT after SIGTERM, and the exit's a little later).
+func (w *Workers) Drain(finish, exit context.Context) int {
 	done := make(chan struct{})
-	go func() { running.Wait(); close(done) }()
-	t := time.NewTimer(w.cfg.ShutdownTimeout)
-	defer t.Stop()
+	go func() {
+		<-w.stopped // running then counts every attempt Run started
+		w.running.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
-		return nil
-	case <-t.C:
+		return 0
+	case <-finish.Done():
 	}
 	w.log.Warn("deliveries still running at the end of SHUTDOWN_TIMEOUT: cancelling them; they stay queued and are delivered again")
-	abandon()
-	// Each cancelled attempt now gives its event back (one store call).
-	t.Reset(w.cfg.StoreTimeout + time.Second)
+	w.abandon()
 	select {
 	case <-done:
-	case <-t.C:
+		return 0
+	case <-exit.Done():
+		return w.holding.count()
 	}
-	return nil
 }
 
 // take hands l's due deliveries to attempts, as many at once as l has

@@ -75,7 +75,7 @@ func newApp(t *testing.T, answer func(attempt string) (int, string)) *app {
 // holdAll makes every request wait in the app until the returned release,
 // which is safe to call twice and is called when the test ends: a test
 // failing while the app holds attempts must not leave the workers' stop
-// waiting on them for ShutdownTimeout (or UpstreamTimeout). Cleanups run
+// waiting on them for its drain (or UpstreamTimeout). Cleanups run
 // last registered first, so a test that holds the app before run also
 // registers release after run, for it to come before the workers' stop.
 func (a *app) holdAll(t *testing.T) (release func()) {
@@ -102,15 +102,36 @@ func (a *app) requests() []received {
 	return append([]received(nil), a.received...)
 }
 
-// run starts the workers on q until the test ends (or stop is called).
+// run starts the workers on q until the test ends (or stop is called):
+// stop ends the taking and drains the attempts under way for up to a
+// minute (see runDraining).
 func run(t *testing.T, cfg Config) (stop func()) {
+	t.Helper()
+	return runDraining(t, cfg, time.Minute)
+}
+
+// runDraining is run whose stop lets the attempts under way finish for
+// finish, then cancels them and waits for them to give their events back.
+func runDraining(t *testing.T, cfg Config, finish time.Duration) (stop func()) {
 	t.Helper()
 	w := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(done) }()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			finishCtx, cancelFinish := context.WithTimeout(context.Background(), finish)
+			defer cancelFinish()
+			exitCtx, cancelExit := context.WithTimeout(context.Background(), finish+time.Minute)
+			defer cancelExit()
+			if n := w.Drain(finishCtx, exitCtx); n > 0 {
+				t.Errorf("%d deliveries unsettled a minute after they were cancelled", n)
+			}
+		})
+	}
 	t.Cleanup(stop)
 	return stop
 }
@@ -439,8 +460,8 @@ func TestNudge(t *testing.T) {
 }
 
 // TestShutdown: once Run's context is done nothing more is taken; an
-// attempt that finishes within ShutdownTimeout settles; one that does not
-// is cancelled and its event queued again, due at once.
+// attempt that finishes before Drain's finish deadline settles; one that
+// does not is cancelled and its event queued again, due at once.
 func TestShutdown(t *testing.T) {
 	t.Run("attempt finishes", func(t *testing.T) {
 		a := newApp(t, nil)
@@ -448,7 +469,7 @@ func TestShutdown(t *testing.T) {
 		q := newQueue(t)
 		q.enqueue(t, "k1", webhookRequest("{}"))
 		// An hour's poll: k2, queued without a nudge, is never looked for.
-		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: time.Minute, PollInterval: time.Hour})
+		stop := runDraining(t, Config{Queue: q, Upstream: mustURL(t, a.URL), PollInterval: time.Hour}, time.Minute)
 		t.Cleanup(release) // before run's stop, should the test fail
 		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
 		q.enqueue(t, "k2", webhookRequest("{}"))
@@ -463,12 +484,45 @@ func TestShutdown(t *testing.T) {
 			t.Errorf("event queued during shutdown: state %s, %d attempts; want queued, untouched", rec.State, rec.Delivery.Attempts)
 		}
 	})
+	t.Run("the store does not take the outcome", func(t *testing.T) {
+		a := newApp(t, nil)
+		a.holdAll(t) // until the test ends: the attempt must outlast the drain
+		deaf := make(chan struct{})
+		t.Cleanup(func() { close(deaf) })
+		q := &deafQueue{diskQueue: newQueue(t), deaf: deaf}
+		q.enqueue(t, "k", webhookRequest("{}"))
+		w := New(Config{Queue: q, Upstream: mustURL(t, a.URL)})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = w.Run(ctx); close(done) }()
+		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
+		cancel()
+		<-done
+		finish, cancelFinish := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancelFinish()
+		exit, cancelExit := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancelExit()
+		start := time.Now()
+		drained := make(chan int, 1)
+		go func() { drained <- w.Drain(finish, exit) }()
+		select {
+		case n := <-drained:
+			if n != 1 {
+				t.Errorf("Drain = %d unsettled, want 1: the store never took the cancelled attempt's event back", n)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("Drain returned after %s, want at its exit deadline (200ms)", took)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Drain still waiting 10s after it began, on a store that does not answer; want it back at its exit deadline (200ms)")
+		}
+	})
 	t.Run("attempt outlasts the timeout", func(t *testing.T) {
 		a := newApp(t, nil)
-		a.holdAll(t) // until the test ends: the attempt must outlast ShutdownTimeout
+		a.holdAll(t) // until the test ends: the attempt must outlast the drain
 		q := newQueue(t)
 		q.enqueue(t, "k", webhookRequest("{}"))
-		stop := run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), ShutdownTimeout: 20 * time.Millisecond})
+		stop := runDraining(t, Config{Queue: q, Upstream: mustURL(t, a.URL)}, 20*time.Millisecond)
 		await(t, "the attempt at the app", func() bool { return a.inside.Load() == 1 })
 		stop()
 		rec := q.record(t, "k")

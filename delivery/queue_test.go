@@ -61,3 +61,20 @@ func (q *diskQueue) depth(t *testing.T) int {
 	}
 	return st.Depth
 }
+
+// deafQueue is a queue whose store takes no outcome until deaf is closed,
+// whatever the caller's context says: a store that stopped answering.
+type deafQueue struct {
+	*diskQueue
+	deaf chan struct{}
+}
+
+func (q *deafQueue) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {
+	<-q.deaf
+	return q.diskQueue.Succeed(ctx, d, res, ttl)
+}
+
+func (q *deafQueue) Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error {
+	<-q.deaf
+	return q.diskQueue.Retry(ctx, d, next, status, reason)
+}

@@ -78,6 +78,13 @@ func (h *holding) hold(d dedup.Delivery) *held {
 	return nh
 }
 
+// count is how many deliveries this process holds.
+func (h *holding) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byKey)
+}
+
 // release lets go of h once its attempt is settled, unless this process
 // took the event again after the holder last used its delivery (a retry
 // due at once, handed out again before the holder let go): then h holds

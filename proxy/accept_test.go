@@ -230,7 +230,15 @@ func TestAsyncDeliveredDuplicates(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(done) }()
 	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			drain, cancelDrain := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancelDrain()
+			w.Drain(drain, drain)
+		})
+	}
 	t.Cleanup(stop)
 
 	wantAnswer(t, f.post(t, "/hooks/a", map[string]string{"X-Id": "e1"}, "payload"), http.StatusAccepted, "queued")

@@ -137,14 +137,20 @@ func (p *proxy) awaitMetric(t testing.TB, name string, labels map[string]string,
 // second.
 func (p *proxy) awaitLog(t testing.TB, substr string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(metricsDeadline)
+	p.awaitLogWithin(t, substr, n, metricsDeadline)
+}
+
+// awaitLogWithin is awaitLog with a deadline of the caller's.
+func (p *proxy) awaitLogWithin(t testing.TB, substr string, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		got := strings.Count(p.Logs(), substr)
 		if got >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the logs hold %q %d times, want at least %d within %s", substr, got, n, metricsDeadline)
+			t.Fatalf("the logs hold %q %d times, want at least %d within %s", substr, got, n, within)
 		}
 		time.Sleep(25 * time.Millisecond) // polling interval
 	}

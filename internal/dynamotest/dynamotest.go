@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,6 +87,24 @@ func (s *Server) Setenv(t testing.TB) {
 	for _, kv := range s.Env() {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
+	}
+}
+
+// Pause stops the process (SIGSTOP) without killing it: its connections
+// stay open, and nothing it is sent is answered, as with a DynamoDB
+// endpoint that stopped answering behind a live connection.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("pause dynalite on %s: %v", s.Endpoint, err)
+	}
+}
+
+// Resume continues a paused process (SIGCONT).
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("resume dynalite on %s: %v", s.Endpoint, err)
 	}
 }
 

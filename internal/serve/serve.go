@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
@@ -72,7 +70,14 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	if err != nil {
 		return err
 	}
-	defer backend.Close()
+	// Closed on the way out until the servers take it over, to close it
+	// within the shutdown's deadline.
+	closeStore := backend.Close
+	defer func() {
+		if closeStore != nil {
+			_ = closeStore()
+		}
+	}()
 	if tp != nil {
 		backend = tracing.Backend(backend, tp, string(cfg.Store.Kind))
 		log.Info("tracing on: spans exported as the standard OTEL_* variables say")
@@ -129,12 +134,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 
 	// Requests are tracked so that, when draining runs out of time, the
 	// handlers still running get to release their claims before exit.
-	var active sync.WaitGroup
-	tracked := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		active.Add(1)
-		defer active.Done()
-		handler.ServeHTTP(w, r)
-	})
+	requests := &inflight{}
 	publicLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
@@ -153,17 +153,19 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		zap.Strings("routes", describeRoutes(cfg, routes)), zap.String("version", build.Version))
 
 	srv := &servers{
-		public: server.Public(cfg, tracked, log), publicLn: publicLn,
+		public: server.Public(cfg, requests.track(handler), log), publicLn: publicLn,
 		admin: server.Admin(cfg, adm, log), adminLn: privateLn,
-		unready: adm.Drain, abandon: handler.Abandon, active: &active,
+		unready: adm.Drain, abandon: handler.Abandon, requests: requests,
 		delay: cfg.ShutdownDelay, timeout: cfg.ShutdownTimeout, log: log,
+		closeStore: backend.Close,
 	}
+	closeStore = nil
 	srv.background = backend.Jobs
 	if backlog != nil {
 		srv.background = append(srv.background[:len(srv.background):len(srv.background)], backlog.Run)
 	}
 	if workers != nil {
-		srv.deliver = workers.Run
+		srv.deliver, srv.settle = workers.Run, workers.Drain
 		if backend.Wake != nil {
 			// Events queued by other replicas wake these workers at once.
 			ch := backend.Wake()
@@ -223,100 +225,6 @@ func Check(environ map[string]string) (*config.Config, []config.Warning, error) 
 		return nil, nil, err
 	}
 	return start.cfg, start.warnings, nil
-}
-
-// servers are the public and admin servers of one process, and what
-// draining them needs.
-type servers struct {
-	public, admin     *http.Server
-	publicLn, adminLn net.Listener
-	// unready turns /readyz to 503.
-	unready func()
-	// abandon makes the requests still in progress give up and release
-	// their claims (proxy.Handler.Abandon); active counts those requests.
-	abandon func()
-	active  *sync.WaitGroup
-	// delay is SHUTDOWN_DELAY, timeout SHUTDOWN_TIMEOUT.
-	delay, timeout time.Duration
-	log            *zap.Logger
-	// background run beside the servers until they stop (the store's
-	// jobs: the Redis monitor).
-	background []func(context.Context)
-	// deliver, if not nil, runs the async routes' delivery workers until
-	// its context ends (delivery.Workers.Run): at SIGTERM they stop taking
-	// and finish their running attempts within SHUTDOWN_TIMEOUT, beside
-	// the drain; the store closes after both.
-	deliver func(context.Context) error
-}
-
-// run serves until ctx is cancelled (SIGTERM), then drains as
-// docs/operations.md's "Graceful shutdown" says. If a server fails first, both are drained at once
-// (without SHUTDOWN_DELAY) and its error is returned: the other must stop
-// too, or Wait would wait for it forever.
-func (s *servers) run(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, job := range s.background {
-		g.Go(func() error { job(gctx); return nil })
-	}
-	if s.deliver != nil {
-		g.Go(func() error { return s.deliver(gctx) })
-	}
-	g.Go(func() error { return serveUntilClosed(s.public, s.publicLn) })
-	g.Go(func() error { return serveUntilClosed(s.admin, s.adminLn) })
-	g.Go(func() error {
-		<-gctx.Done()
-		delay := s.delay
-		if ctx.Err() == nil {
-			s.log.Error("a server failed: shutting down")
-			delay = 0
-		} else {
-			s.log.Info("shutting down", zap.Stringer("delay", s.delay), zap.Stringer("timeout", s.timeout))
-		}
-		s.drain(delay)
-		return nil
-	})
-	return g.Wait()
-}
-
-// drain stops both servers: readiness turns 503 at once, the public server
-// keeps serving for delay (while load balancers remove the endpoint), then
-// lets its requests finish for at most the shutdown timeout, after which
-// it abandons them (their claims are released) and closes.
-func (s *servers) drain(delay time.Duration) {
-	s.unready()
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		<-t.C
-	}
-	drainCtx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	if err := s.public.Shutdown(drainCtx); err != nil {
-		s.log.Warn("drain timed out: abandoning requests still in progress and releasing their claims", zap.Error(err))
-		s.abandon()
-		waitTimeout(s.active, 10*time.Second)
-		s.public.Close()
-	}
-	closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
-	defer cancelClose()
-	_ = s.admin.Shutdown(closeCtx)
-}
-
-func serveUntilClosed(s *http.Server, ln net.Listener) error {
-	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
 }
 
 // buildRoutes parses every route's source, and returns a warning for each
@@ -433,7 +341,6 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		MaxAge:          cfg.RetryMaxAge,
 		DeadLetterTTL:   cfg.DeadLetterTTL,
 		Resigners:       resign,
-		ShutdownTimeout: cfg.ShutdownTimeout,
 		TracerProvider:  tp,
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, backlog, dlog),

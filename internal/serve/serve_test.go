@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,25 +28,28 @@ type brokenListener struct{ net.Listener }
 
 func (brokenListener) Accept() (net.Conn, error) { return nil, errAccept }
 
+// listen is a loopback listener, closed when t ends.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
 // TestServersOneFailingStopsTheOther: when one server's Serve fails, the
 // other is shut down too and the failure is returned, rather than the
 // process serving on half-alive until killed.
 func TestServersOneFailingStopsTheOther(t *testing.T) {
 	for _, failing := range []string{"public", "admin"} {
 		t.Run(failing, func(t *testing.T) {
-			listen := func() net.Listener {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { ln.Close() })
-				return ln
-			}
-			healthy, broken := listen(), listen()
+			healthy, broken := listen(t), listen(t)
 			s := &servers{
 				public: &http.Server{Handler: http.NotFoundHandler()}, publicLn: healthy,
 				admin: &http.Server{Handler: http.NotFoundHandler()}, adminLn: brokenListener{broken},
-				unready: func() {}, abandon: func() {}, active: &sync.WaitGroup{},
+				unready: func() {}, abandon: func() {}, requests: &inflight{},
 				timeout: time.Second, log: zap.NewNop(),
 			}
 			if failing == "public" {
