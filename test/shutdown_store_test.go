@@ -153,9 +153,6 @@ func storeHangRun(t *testing.T, sh storeHang, inFlight string) {
 	}
 	env["SHUTDOWN_DELAY"], env["SHUTDOWN_TIMEOUT"] = shutdownDelay.String(), shutdownTimeout.String()
 	env["UPSTREAM_TIMEOUT"], env["STORE_TIMEOUT"] = "30s", hangStoreTimeout.String()
-	// A binary built with -race sleeps a second at exit by default, for
-	// the race reports of other threads: not the process's own time.
-	env["GORACE"] = "atexit_sleep_ms=0"
 	px := launch(t, env)
 	px.waitHealthy()
 	px.awaitReady(t)
