@@ -48,7 +48,13 @@ type proxy struct {
 // stops it when the test ends, printing its logs if the test failed.
 func startProxy(t testing.TB, env map[string]string) *proxy {
 	t.Helper()
-	p := launch(t, env)
+	return startProxyBinary(t, binary, env)
+}
+
+// startProxyBinary is startProxy with the executable bin.
+func startProxyBinary(t testing.TB, bin string, env map[string]string) *proxy {
+	t.Helper()
+	p := launchBinary(t, bin, env)
 	p.waitHealthy()
 	t.Cleanup(func() {
 		p.Stop() // so that the logs are complete; launch's cleanup prints them on failure
@@ -92,6 +98,12 @@ func checkLogs(t testing.TB, logs string) {
 // launch starts the process without waiting for it to serve.
 func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 	t.Helper()
+	return launchBinary(t, binary, env, args...)
+}
+
+// launchBinary is launch with the executable bin.
+func launchBinary(t testing.TB, bin string, env map[string]string, args ...string) *proxy {
+	t.Helper()
 	// GORACE: a -race binary otherwise sleeps a second at every exit
 	// (atexit_sleep_ms), which the suite's hundreds of stops add up.
 	full := map[string]string{"LOG_FORMAT": "json", "GORACE": "atexit_sleep_ms=0"}
@@ -112,12 +124,12 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 	p := &proxy{t: t, Addr: full["LISTEN_ADDR"], Admin: full["ADMIN_ADDR"], logs: &lockedBuffer{}, done: make(chan struct{})}
 	// A clean environment: nothing from the developer's shell (a stray
 	// REDIS_URL, say) leaks into what a test configures.
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = envList(full)
 	p.cmd.Stdout = p.logs
 	p.cmd.Stderr = p.logs
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", binary, err)
+		t.Fatalf("start %s: %v", bin, err)
 	}
 	go func() {
 		_ = p.cmd.Wait()

@@ -2,6 +2,7 @@ package memlimit
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"testing/fstest"
 )
@@ -71,24 +72,49 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
-func TestBufferBudget(t *testing.T) {
-	limited := cgroupFS(map[string]string{"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "268435456\n"})
-	tiny := cgroupFS(map[string]string{"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "20971520\n"})
+// TestDerive: MAX_BUFFERED_BYTES and the soft memory limit, from what is
+// set and the container's memory limit.
+func TestDerive(t *testing.T) {
+	limited := func(bytes string) fstest.MapFS {
+		return cgroupFS(map[string]string{"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": bytes + "\n"})
+	}
+	const MiB = 1 << 20
 	for _, tc := range []struct {
 		name         string
-		set, maxBody int64
+		s            Settings
 		root         fstest.MapFS
-		want         int64
+		buffered     int64
+		soft         int64
+		softFromSays string
 	}{
-		{"set", 1 << 30, 10 << 20, limited, 1 << 30},
-		{"a quarter of the limit", 0, 10 << 20, limited, 64 << 20},
-		{"no limit", 0, 10 << 20, cgroupFS(nil), 256 << 20},
-		{"no limit, larger bodies", 0, 512 << 20, cgroupFS(nil), 512 << 20},
-		{"a limit too small for one body", 0, 10 << 20, tiny, 10 << 20},
+		{"no limit found", Settings{MaxBody: 10 * MiB}, cgroupFS(nil),
+			256 * MiB, (256 + 64 + 32) * MiB, "MAX_BUFFERED_BYTES"},
+		{"no limit found, larger bodies", Settings{MaxBody: 512 * MiB}, cgroupFS(nil),
+			512 * MiB, (512 + 128 + 32) * MiB, "MAX_BUFFERED_BYTES"},
+		{"MAX_BUFFERED_BYTES set, no limit found (a plain docker run)", Settings{MaxBuffered: 64 * MiB, MaxBody: 10 * MiB}, cgroupFS(nil),
+			64 * MiB, (64 + 16 + 32) * MiB, "MAX_BUFFERED_BYTES (67108864 bytes)"},
+		{"container limit", Settings{MaxBody: 10 * MiB}, limited("268435456"),
+			64 * MiB, (64 + 16 + 32) * MiB, "MAX_BUFFERED_BYTES"},
+		{"container limit too small for a quarter to hold one body", Settings{MaxBody: 10 * MiB}, limited("20971520"),
+			10 * MiB, 20971520 / 10 * 9, "nine tenths of the memory limit in /sys/fs/cgroup/memory.max (20971520 bytes)"},
+		{"MAX_BUFFERED_BYTES set, container limit", Settings{MaxBuffered: 64 * MiB, MaxBody: 10 * MiB}, limited("1073741824"),
+			64 * MiB, (64 + 16 + 32) * MiB, "MAX_BUFFERED_BYTES"},
+		{"MAX_BUFFERED_BYTES set past the container limit", Settings{MaxBuffered: 1024 * MiB, MaxBody: 10 * MiB}, limited("268435456"),
+			1024 * MiB, 268435456 / 10 * 9, "nine tenths of the memory limit"},
+		{"GOMEMLIMIT set", Settings{MaxBuffered: 64 * MiB, MaxBody: 10 * MiB, GoMemLimit: "100MiB"}, cgroupFS(nil),
+			64 * MiB, 0, "GOMEMLIMIT"},
+		{"GOMEMLIMIT set, container limit", Settings{MaxBody: 10 * MiB, GoMemLimit: "256MiB"}, limited("268435456"),
+			64 * MiB, 0, "GOMEMLIMIT"},
+		{"GOMEMLIMIT=off", Settings{MaxBody: 10 * MiB, GoMemLimit: "off"}, limited("268435456"),
+			64 * MiB, 0, "GOMEMLIMIT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, how := BufferBudget(tc.set, tc.maxBody, tc.root); got != tc.want || how == "" {
-				t.Errorf("BufferBudget = %d (%q), want %d", got, how, tc.want)
+			p := Derive(tc.s, tc.root)
+			if p.Buffered != tc.buffered || p.BufferedFrom == "" {
+				t.Errorf("MAX_BUFFERED_BYTES %d (%q), want %d", p.Buffered, p.BufferedFrom, tc.buffered)
+			}
+			if p.SoftLimit != tc.soft || !strings.Contains(p.SoftLimitFrom, tc.softFromSays) {
+				t.Errorf("soft limit %d (%q), want %d (%q)", p.SoftLimit, p.SoftLimitFrom, tc.soft, tc.softFromSays)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -59,6 +60,17 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		log.Warn(w.Message, fields...)
 	}
 
+	// Before anything of size is allocated: the soft limit is in force
+	// from the start.
+	mem := memlimit.Derive(memlimit.Settings{MaxBuffered: cfg.MaxBufferedBytes, MaxBody: cfg.MaxBodyBytes, GoMemLimit: environ["GOMEMLIMIT"]}, os.DirFS("/"))
+	if mem.SoftLimit > 0 {
+		// Given back when Run returns: the limit is the process's, and Run
+		// may run in a process that outlives it (the tests).
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(mem.SoftLimit))
+	}
+	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", mem.Buffered), zap.String("from", mem.BufferedFrom))
+	log.Info("soft memory limit: the Go runtime collects garbage harder as its memory nears it", zap.Int64("soft_limit", debug.SetMemoryLimit(-1)), zap.String("from", mem.SoftLimitFrom))
+
 	tp, stopTracing, err := setupTracing(ctx, environ, build.Version, log.Named("tracing"))
 	if err != nil {
 		return &config.Error{Err: fmt.Errorf("configuration:\n%w", err)}
@@ -84,8 +96,6 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	}
 	st := backend.Store
 
-	buffered, how := memlimit.BufferBudget(cfg.MaxBufferedBytes, cfg.MaxBodyBytes, os.DirFS("/"))
-	log.Info("request bodies may take at most MAX_BUFFERED_BYTES at once", zap.Int64("max_buffered_bytes", buffered), zap.String("from", how))
 	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp)
 	var enqueued func() // nil: proxy.New makes it a no-op
 	if workers != nil {
@@ -107,7 +117,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		UpstreamTimeout:    cfg.UpstreamTimeout,
 		LeaseTTL:           cfg.LeaseTTL,
 		MaxBodyBytes:       cfg.MaxBodyBytes,
-		MaxBuffered:        buffered,
+		MaxBuffered:        mem.Buffered,
 		OnStoreError:       cfg.OnStoreError,
 		OnMissingID:        cfg.OnMissingID,
 		BodyFingerprint:    cfg.DedupBodyFingerprint,
