@@ -14,6 +14,12 @@ const (
 	MaxProbePause   = 30 * time.Second
 )
 
+// Trip is how many attempts in a row that get no answer take the app for
+// down, with concurrency attempts at once: as many as may run at once,
+// and no fewer than 5, so that a lane of one or two slots does not take a
+// couple of failures for an outage.
+func Trip(concurrency int) int { return max(concurrency, 5) }
+
 // breaker backs the deliveries off as a whole while the app does not
 // answer at all (no HTTP status came back: its connection refused, reset
 // or closed before an answer, its TLS handshake failing, or the attempt
@@ -26,7 +32,8 @@ const (
 // their place: the deliveries not let out stay queued, with no attempt
 // counted.
 type breaker struct {
-	// trip is how many unanswered attempts in a row open the breaker.
+	// trip is how many unanswered attempts in a row open the breaker
+	// (Trip).
 	trip int
 
 	mu       sync.Mutex

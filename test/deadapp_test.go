@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,15 +68,15 @@ var deadShapes = []deadShape{
 	}},
 }
 
-// Pacing of the dead-app test: deadConcurrency slots, so the breaker
-// trips after max(deadConcurrency, 5) unanswered attempts in a row: one
-// round of attempts that time out.
+// Pacing of the dead-app test: deadConcurrency slots, as many as the
+// unanswered attempts in a row that open the breaker
+// (asyncdelivery.Trip): one round of attempts that time out.
 const (
 	deadConcurrency = 5
-	deadTrip        = 5
 	deadEvents      = 50
 	// deadWindow is how long the outage lasts before the test counts,
-	// after the attempts that open the breaker have failed.
+	// from the first event queued (and, for a timeout, the round of
+	// attempts that opens the breaker).
 	deadWindow = 3 * time.Second
 	// deadLongest is the longest outage the test allows for (a loaded
 	// machine may take long to queue the events): RETRY_MAX_ATTEMPTS
@@ -90,7 +91,7 @@ const (
 // asyncdelivery.FirstProbePause after it opened and each one after a pause
 // twice the last, up to asyncdelivery.MaxProbePause.
 func mostAttempts(d time.Duration) int {
-	n := deadTrip + deadConcurrency - 1
+	n := asyncdelivery.Trip(deadConcurrency) + deadConcurrency - 1
 	pause, at := asyncdelivery.FirstProbePause, asyncdelivery.FirstProbePause
 	for at <= d {
 		n++
@@ -109,7 +110,9 @@ type faultListener struct {
 	accepted  atomic.Int64
 	fault     atomic.Pointer[func(net.Conn, *tls.Config)]
 	conns     chan net.Conn
-	closed    chan struct{}
+	// stop is closed by Close; closed once the accepting has stopped.
+	stop, closed chan struct{}
+	stopOnce     sync.Once
 }
 
 // listenFaulty listens on addr, handing every connection to fault until
@@ -120,7 +123,7 @@ func listenFaulty(t *testing.T, addr string, fault func(net.Conn, *tls.Config), 
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &faultListener{Listener: l, untrusted: untrusted, conns: make(chan net.Conn), closed: make(chan struct{})}
+	fl := &faultListener{Listener: l, untrusted: untrusted, conns: make(chan net.Conn), stop: make(chan struct{}), closed: make(chan struct{})}
 	fl.fault.Store(&fault)
 	go func() {
 		defer close(fl.closed)
@@ -134,11 +137,21 @@ func listenFaulty(t *testing.T, addr string, fault func(net.Conn, *tls.Config), 
 				go (*f)(c, fl.untrusted)
 				continue
 			}
-			fl.conns <- c
+			select {
+			case fl.conns <- c:
+			case <-fl.stop:
+				c.Close()
+				return
+			}
 		}
 	}()
 	t.Cleanup(func() { fl.Close() })
 	return fl
+}
+
+func (fl *faultListener) Close() error {
+	fl.stopOnce.Do(func() { close(fl.stop) })
+	return fl.Listener.Close()
 }
 
 func (fl *faultListener) Accept() (net.Conn, error) {
