@@ -68,7 +68,7 @@ type Config struct {
 	RedisTLSServerName    string        `env:"REDIS_TLS_SERVER_NAME" desc:"name every Redis certificate must carry; empty: the host dialled"`
 	RedisPoolSize         int           `env:"REDIS_POOL_SIZE" envDefault:"0" desc:"most connections to each Redis server; 0: ten per CPU"`
 	RedisDialTimeout      time.Duration `env:"REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"limit on opening a connection to Redis"`
-	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, go-redis retries and pool wait included; at most UPSTREAM_TIMEOUT/4; empty: STORE_TIMEOUT"`
+	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, the wait for a pooled connection included; at most UPSTREAM_TIMEOUT/4; empty: STORE_TIMEOUT"`
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
 	RedisCheckInterval    time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -79,6 +80,11 @@ type outcome struct {
 	// nil when none was.
 	replay []byte
 	err    error
+	// asked is whether the attempt went out to the app: the transport
+	// set about getting a connection to it. False when it failed on our
+	// side first (a request the transport refuses as it stands, or one
+	// that could not be rebuilt): that tells nothing about the app.
+	asked bool
 }
 
 // outcomeKey finds the attempt's outcome in the upstream request's
@@ -150,6 +156,10 @@ func (f *forwarder) send(ctx context.Context, req *http.Request) (o *outcome) {
 			}
 		}
 	}()
+	// GetConn comes once the transport has checked the request and sets
+	// about reaching the app: whatever fails from then on is the app's
+	// (or the way to it), whatever failed before is ours.
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GetConn: func(string) { o.asked = true }})
 	f.reverse.ServeHTTP(o, req.WithContext(context.WithValue(ctx, outcomeKey{}, o)))
 	return o
 }
@@ -210,8 +220,12 @@ func (w *Workers) attempt(ctx context.Context, l *lane, h *held) {
 	}
 	span.answered(o)
 	now := w.cfg.Now()
-	if req != nil && ctx.Err() == nil {
-		switch opened, closed := l.breaker.record(o.err == nil || !unanswered(o.err), now); {
+	// An attempt that got no HTTP status from the app, whatever the
+	// error (refused, reset, closed before an answer, a TLS failure, a
+	// timeout), is unanswered; one the app never saw, or that shutdown
+	// cut short, is not the app's to count.
+	if o.asked && ctx.Err() == nil {
+		switch opened, closed := l.breaker.record(o.status != 0, start, now); {
 		case opened:
 			w.log.Warn("the app does not answer: delivering one probe at a time, with growing pauses, until it does; queued events keep their place", zap.String("route", l.label), zap.Error(o.err))
 		case closed:

@@ -1,36 +1,46 @@
 package delivery
 
 import (
-	"context"
-	"errors"
-	"net"
 	"sync"
 	"time"
 )
 
-// Pacing of the probes while the app is unreachable.
+// Pacing of the probes while the app does not answer: the first goes
+// FirstProbePause after the breaker opened, and each pause after a probe
+// that got no answer either is twice the last, up to MaxProbePause. The
+// end-to-end tests derive the rate they allow a dead app from these.
 const (
-	firstProbePause = 100 * time.Millisecond
-	maxProbePause   = 30 * time.Second
+	FirstProbePause = 100 * time.Millisecond
+	MaxProbePause   = 30 * time.Second
 )
 
+// Trip is how many attempts in a row that get no answer take the app for
+// down, with concurrency attempts at once: as many as may run at once,
+// and no fewer than 5, so that a lane of one or two slots does not take a
+// couple of failures for an outage.
+func Trip(concurrency int) int { return max(concurrency, 5) }
+
 // breaker backs the deliveries off as a whole while the app does not
-// answer at all (its connections refused or timing out): once as many
-// attempts in a row as may run at once have failed that way, the app is
-// taken for down, and one probe attempt at a time goes out, paced by a
-// pause that doubles up to maxProbePause, until one gets any answer from
-// the app; then full concurrency again. Without it, a queue of thousands
-// in front of a dead app made as many failed attempts a second as the
-// workers could, for nothing. Queued events keep their place: the
-// deliveries not let out stay queued, with no attempt counted.
+// answer at all (no HTTP status came back: its connection refused, reset
+// or closed before an answer, its TLS handshake failing, or the attempt
+// timing out): once as many attempts in a row as may run at once have
+// gone unanswered, the app is taken for down, and one probe attempt at a
+// time goes out, paced by a pause that doubles up to MaxProbePause, until
+// one gets any answer from the app; then full concurrency again. Without
+// it, a queue of thousands in front of a dead app made as many failed
+// attempts a second as the workers could, for nothing. Queued events keep
+// their place: the deliveries not let out stay queued, with no attempt
+// counted.
 type breaker struct {
-	// trip is how many unanswered attempts in a row open the breaker.
+	// trip is how many unanswered attempts in a row open the breaker
+	// (Trip).
 	trip int
 
 	mu       sync.Mutex
-	failures int  // unanswered attempts in a row
-	open     bool // the app is taken for down: probes only
-	probing  bool // a probe is out
+	failures int       // unanswered attempts in a row
+	open     bool      // the app is taken for down: probes only
+	openedAt time.Time // when it was last taken for down
+	probing  bool      // a probe is out
 	pause    time.Duration
 	next     time.Time // when the next probe may go
 }
@@ -54,10 +64,13 @@ func (b *breaker) allow(free int, now time.Time) (n int, probe bool, wait time.D
 	return 1, true, 0
 }
 
-// record notes an attempt's outcome, answered being whether the app
-// answered it at all (any status), and reports whether that opened the
-// breaker or closed it.
-func (b *breaker) record(answered bool, now time.Time) (opened, closed bool) {
+// record notes the outcome of an attempt sent at sent, answered being
+// whether the app answered it at all (any status), and reports whether
+// that opened the breaker or closed it. An attempt sent before the
+// breaker opened that goes unanswered after it did (one of those under
+// way when it opened) tells nothing new: it neither ends the probe out
+// nor lengthens the pause, so that the probes stay one at a time.
+func (b *breaker) record(answered bool, sent, now time.Time) (opened, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if answered {
@@ -67,13 +80,16 @@ func (b *breaker) record(answered bool, now time.Time) (opened, closed bool) {
 	}
 	b.failures++
 	if b.open {
+		if sent.Before(b.openedAt) {
+			return false, false
+		}
 		b.probing = false
-		b.pause = min(2*b.pause, maxProbePause)
+		b.pause = min(2*b.pause, MaxProbePause)
 		b.next = now.Add(b.pause)
 		return false, false
 	}
 	if b.failures >= b.trip {
-		b.open, b.pause = true, firstProbePause
+		b.open, b.openedAt, b.pause = true, now, FirstProbePause
 		b.next = now.Add(b.pause)
 		return true, false
 	}
@@ -86,13 +102,4 @@ func (b *breaker) unused() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.probing = false
-}
-
-// unanswered reports whether err means the app gave no answer at all: its
-// connection refused, reset or timed out, or its address unknown. An
-// answer of any status is an answer.
-func unanswered(err error) bool {
-	var op *net.OpError
-	var dns *net.DNSError
-	return errors.As(err, &op) || errors.As(err, &dns) || errors.Is(err, context.DeadlineExceeded)
 }

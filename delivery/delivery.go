@@ -239,7 +239,7 @@ func New(cfg Config) *Workers {
 	add := func(from dedup.Lane, label string) {
 		w.lanes = append(w.lanes, &lane{
 			from: from, label: label,
-			breaker: breaker{trip: max(cfg.Concurrency, 5)},
+			breaker: breaker{trip: Trip(cfg.Concurrency)},
 			nudge:   make(chan struct{}, 1),
 			freed:   make(chan struct{}, 1),
 		})

@@ -54,9 +54,9 @@ type Config struct {
 	// DialTimeout bounds opening a connection. Zero: 2s.
 	DialTimeout time.Duration
 	// Timeout bounds each store operation (Claim, Release, Lookup,
-	// Forget, Ping, and each of Complete's attempts), go-redis's retries
-	// and its wait for a pooled connection included; with WaitReplicas,
-	// WaitTimeout is added. Zero: 1s.
+	// Forget, Ping, and each of Complete's attempts), its wait for a
+	// pooled connection included; with WaitReplicas, WaitTimeout is
+	// added. Zero: 1s.
 	Timeout time.Duration
 
 	// WaitReplicas is how many replicas must acknowledge a won claim and a
@@ -109,6 +109,17 @@ const (
 	defaultWaitTimeout = 250 * time.Millisecond
 )
 
+// noRetries turns go-redis's own retries of a command off (MaxRetries
+// -1). A call whose answer timed out may have run, or may yet run once a
+// stalled Redis wakes, and go-redis sent it again as it was: both ran,
+// and the caller got one answer. For a Take, whose every run leases what
+// is due under the tokens it was given, the other run's deliveries then
+// waited out their whole lease, held by no worker (a Redis frozen for 3
+// s delayed them by LEASE_TTL). The store recovers every lost answer
+// itself (lostTakes, releaseLate, the workers' writes tried again), and
+// can only if the call's error reaches it.
+const noRetries = -1
+
 // ErrNotReplicated means fewer replicas than RedisConfig.WaitReplicas
 // acknowledged a write in time: it is on the master, but a failover now
 // could lose it.
@@ -135,9 +146,9 @@ func Open(cfg Config) (*Store, error) {
 	s.owner = storeop.Owner{App: cfg.AppName, Where: ownerKey, Read: func(ctx context.Context) (string, error) {
 		return s.readOwner(ctx, cfg.AppName, ownerKey)
 	}}
-	// Timeout bounds a whole operation, not only each read: go-redis's
-	// retries (a timed-out call is sent again) and its wait for a pooled
-	// connection would otherwise stretch it to several times that. With
+	// Timeout bounds a whole operation, not only each read: its wait for
+	// a pooled connection (and on a cluster, go-redis sending a timed-out
+	// call again) would otherwise stretch it to several times that. With
 	// WAIT, an operation is two round trips.
 	s.opTimeout = orDefault(cfg.Timeout, defaultTimeout)
 	if cfg.WaitReplicas > 0 {
@@ -201,7 +212,10 @@ func newClient(cfg Config) (Client, error) {
 			DialTimeout: orDefault(cfg.DialTimeout, defaultDialTimeout),
 			ReadTimeout: timeout, WriteTimeout: timeout,
 			PoolSize: pool,
-			// See newURLClient.
+			// See newURLClient. Still, a command whose answer timed
+			// out goes to the node again within MaxRedirects, which
+			// MOVED and ASK need.
+			MaxRetries:               noRetries,
 			DialerRetries:            1,
 			ContextTimeoutEnabled:    true,
 			MaintNotificationsConfig: noMaintNotifications(),
@@ -219,6 +233,7 @@ func newClient(cfg Config) (Client, error) {
 		ReadTimeout: timeout, WriteTimeout: timeout,
 		PoolSize:              pool,
 		MinIdleConns:          runtime.GOMAXPROCS(0),
+		MaxRetries:            noRetries,
 		DialerRetries:         1,
 		ContextTimeoutEnabled: true,
 	}), nil
@@ -266,10 +281,11 @@ func newURLClient(cfg Config) (Client, error) {
 	opt.WriteTimeout = orDefault(opt.WriteTimeout, orDefault(cfg.Timeout, defaultTimeout))
 	opt.PoolSize = orDefault(opt.PoolSize, orDefault(cfg.PoolSize, 10*runtime.GOMAXPROCS(0)))
 	opt.MinIdleConns = orDefault(opt.MinIdleConns, runtime.GOMAXPROCS(0))
-	// One dial per attempt: go-redis already retries the command
-	// (MaxRetries), and nesting its 5 dial attempts inside that made each
-	// call take about 1.5s to fail while Redis was down, where about 0.1s
-	// is enough to tell. The URL cannot set this option.
+	// One attempt, one dial: go-redis's 5 dial attempts made each call
+	// take about 1.5s to fail while Redis was down, where about 0.1s is
+	// enough to tell. The URL cannot set this option. Nor, whatever its
+	// max_retries says, can it have a command sent twice (noRetries).
+	opt.MaxRetries = noRetries
 	opt.DialerRetries = 1
 	// A request's deadline bounds its Redis call too.
 	opt.ContextTimeoutEnabled = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -29,8 +30,12 @@ func TestRedisDeadlineWhileRedisIsPaused(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		_, _, err := s.Claim(short, "paused-"+what, storetest.Lease)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("%s claim while Redis is paused = %v, want context.DeadlineExceeded", what, err)
+		// The deadline, as the context reports it or as the read it cut
+		// short does (go-redis does not send the call again, which made
+		// it report the context's error).
+		var ne net.Error
+		if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("%s claim while Redis is paused = %v, want its deadline's error", what, err)
 		}
 		if waited := time.Since(start); waited > d+900*time.Millisecond {
 			t.Errorf("%s claim returned after %s, past its %s deadline", what, waited.Round(time.Millisecond), d)

@@ -65,8 +65,8 @@ type Store struct {
 	// test can stand in a script an older server cannot compile).
 	completeFlagged *redis.Script
 	// opTimeout bounds each operation (each attempt, for Complete's
-	// retries), go-redis's own retries and its wait for a pooled
-	// connection included; zero: only the caller's ctx bounds it.
+	// retries), its wait for a pooled connection included; zero: only
+	// the caller's ctx bounds it.
 	opTimeout time.Duration
 	// lateReleases holds a slot for each background release of a claim
 	// whose answer was lost (see releaseLate); when all are taken, such a

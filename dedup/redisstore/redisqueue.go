@@ -336,6 +336,8 @@ func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, args ..
 // expireMarker gives key's marker the lifetime of its async record. It is
 // best effort: a marker left behind is cleared by the next claim of key.
 func (s *Store) expireMarker(ctx context.Context, key string, ttl time.Duration) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	_ = markerExpireScript.Run(ctx, s.scripts, []string{key}, asyncMarker, storeop.Millis(ttl)).Err()
 }
 

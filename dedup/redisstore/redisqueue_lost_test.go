@@ -2,9 +2,13 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
@@ -218,6 +222,104 @@ func TestRedisQueueLostTakesResolved(t *testing.T) {
 	for _, d := range append(first, second...) {
 		if err := s.Succeed(ctx, d, storetest.Replayed, storetest.Keep); err != nil {
 			t.Errorf("Succeed %s: %v", d.Claim.Key, err)
+		}
+	}
+}
+
+// TestRedisQueueTakeSentOnce: a Take batched with a call of a later
+// deadline, while Redis is stopped (SIGSTOP), times out and is not sent
+// again. go-redis used to send a pipeline whose answer timed out again
+// while the latest of its callers' deadlines allowed: every copy ran once
+// Redis continued, each leasing what was due under the Take's tokens, and
+// the Take got the answer of the last copy alone, so the deliveries of
+// the others waited out their lease, held by no one (the end-to-end
+// TestAsyncRedisPaused, 2 runs in 5). Sent once, its answer lost, the
+// Take is kept as lost, and whatever it leased goes to the next Take.
+func TestRedisQueueTakeSentOnce(t *testing.T) {
+	srv := redistest.New(t)
+	const timeout = 300 * time.Millisecond
+	s, err := Open(Config{URL: srv.URL(), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	lane := dedup.RouteLane("/a")
+	keys := []string{"once:1", "once:2", "once:3"}
+	for _, k := range keys {
+		storetest.MustEnqueueOn(t, s, k, "/a")
+	}
+	// The scripts loaded (a NOSCRIPT answer would send the Take again
+	// as EVAL, on purpose), and connections set up beforehand, as on a
+	// busy proxy: one set up while Redis is stopped would never get
+	// through its handshake, and no copy be sent on it.
+	if ds := storetest.TakeFrom(t, s, dedup.RouteLane("elsewhere"), 10, storetest.Lease); len(ds) != 0 {
+		t.Fatalf("Take of another route's lane = %d deliveries", len(ds))
+	}
+	if err := lookupScript.Run(ctx, s.scripts, []string{"once:later"}).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	var warm sync.WaitGroup
+	for range 8 {
+		warm.Go(func() { _ = s.Ping(ctx) })
+	}
+	warm.Wait()
+	b := s.scripts.(pipelined).b
+	batched := func(n int) func() bool {
+		return func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return b.busy && b.next != nil && len(b.next.calls) == n
+		}
+	}
+
+	srv.Pause()
+	t.Cleanup(srv.Resume) // for a test that fails while Redis is stopped
+	// A call of a short deadline on its way to Redis; the Take leads the
+	// batch gathered meanwhile, sent once that call gives up, and a call
+	// of a later deadline joins it.
+	short, cancelShort := context.WithTimeout(ctx, timeout/4)
+	defer cancelShort()
+	var calls sync.WaitGroup
+	calls.Go(func() { _, _ = s.Stats(short) })
+	storetest.Eventually(t, "a call on its way", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.busy
+	})
+	var took []dedup.Delivery
+	var tookErr error
+	calls.Go(func() { took, tookErr = s.Take(ctx, lane, 1, storetest.Lease) })
+	storetest.Eventually(t, "the Take to lead the next batch", batched(1))
+	later, cancel := context.WithTimeout(ctx, 10*timeout)
+	defer cancel()
+	calls.Go(func() { _ = lookupScript.Run(later, s.scripts, []string{"once:later"}).Err() })
+	storetest.Eventually(t, "a call of a later deadline to join the batch", batched(2))
+	// Stopped for several timeouts, as long as it takes the batch to time
+	// out and, before, to be sent again more than once.
+	time.Sleep(4 * timeout) // the stop itself, not a wait for a condition
+	srv.Resume()
+	calls.Wait()
+
+	handed := map[string]string{}
+	for _, d := range took {
+		handed[d.Claim.Key] = d.Claim.Token
+	}
+	// Whatever the Take leased, the next Takes hand out at once: nothing
+	// waits out a lease.
+	for range 3 {
+		for _, d := range storetest.TakeFrom(t, s, lane, 10, storetest.Lease) {
+			if tok, ok := handed[d.Claim.Key]; ok {
+				t.Errorf("%s handed out twice, under %s then %s", d.Claim.Key, tok, d.Claim.Token)
+			}
+			handed[d.Claim.Key] = d.Claim.Token
+		}
+	}
+	for _, k := range keys {
+		if _, ok := handed[k]; !ok {
+			rec := storetest.MustLookup(t, s, k)
+			t.Errorf("%s not handed out (%v, attempt %d; the Take answered %d deliveries, %v): leased by a copy of the Take whose answer no one read, until its lease ends",
+				k, rec.State, rec.Delivery.Attempts, len(took), tookErr)
 		}
 	}
 }
