@@ -344,6 +344,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		Routes:          cfg.AsyncPaths(),
 		Concurrency:     cfg.DeliveryConcurrency,
 		UpstreamTimeout: cfg.UpstreamTimeout,
+		StoreTimeout:    cfg.StoreTimeout,
 		Lease:           cfg.LeaseTTL,
 		InitialInterval: cfg.RetryInitialInterval,
 		MaxInterval:     cfg.RetryMaxInterval,
