@@ -38,6 +38,8 @@ type proxy struct {
 	// Admin is the host:port of /healthz and /readyz (ADMIN_ADDR).
 	Admin string
 
+	// env is the process's whole environment, which its bounds derive from.
+	env  map[string]string
 	cmd  *exec.Cmd
 	logs *lockedBuffer
 	done chan struct{} // closed once the process has exited
@@ -107,7 +109,7 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 		full["ADMIN_ADDR"] = admin
 	}
 
-	p := &proxy{t: t, Addr: full["LISTEN_ADDR"], Admin: full["ADMIN_ADDR"], logs: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proxy{t: t, Addr: full["LISTEN_ADDR"], Admin: full["ADMIN_ADDR"], env: full, logs: &lockedBuffer{}, done: make(chan struct{})}
 	// A clean environment: nothing from the developer's shell (a stray
 	// REDIS_URL, say) leaks into what a test configures.
 	p.cmd = exec.Command(binary, args...)
