@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
@@ -38,8 +39,12 @@ type proxy struct {
 	// Admin is the host:port of /healthz and /readyz (ADMIN_ADDR).
 	Admin string
 
-	// env is the process's whole environment, which its bounds derive from.
-	env  map[string]string
+	// cfg is the process's configuration, loaded from its environment as
+	// it loads it (nil, with cfgErr, when it does not load), at its start:
+	// what bounds derives the tests' deadlines from.
+	cfg    *config.Config
+	cfgErr error
+
 	cmd  *exec.Cmd
 	logs *lockedBuffer
 	done chan struct{} // closed once the process has exited
@@ -109,7 +114,7 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 		full["ADMIN_ADDR"] = admin
 	}
 
-	p := &proxy{t: t, Addr: full["LISTEN_ADDR"], Admin: full["ADMIN_ADDR"], env: full, logs: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proxy{t: t, Addr: full["LISTEN_ADDR"], Admin: full["ADMIN_ADDR"], logs: &lockedBuffer{}, done: make(chan struct{})}
 	// A clean environment: nothing from the developer's shell (a stray
 	// REDIS_URL, say) leaks into what a test configures.
 	p.cmd = exec.Command(binary, args...)
@@ -123,6 +128,7 @@ func launch(t testing.TB, env map[string]string, args ...string) *proxy {
 		_ = p.cmd.Wait()
 		close(p.done)
 	}()
+	p.cfg, p.cfgErr = config.Load(full)
 	t.Cleanup(func() {
 		p.Stop()
 		for _, sign := range crashSigns {

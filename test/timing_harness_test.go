@@ -35,21 +35,16 @@ const logFlush = time.Second
 // come from the one place that sets them.
 type bounds struct{ cfg *config.Config }
 
-// boundsOf loads env as the process does; a test whose configuration does
-// not load has nothing to derive a deadline from, and fails.
-func boundsOf(t testing.TB, env map[string]string) bounds {
-	t.Helper()
-	cfg, err := config.Load(env)
-	if err != nil {
-		t.Fatalf("the deadlines come from the proxy's configuration, which does not load: %v", err)
-	}
-	return bounds{cfg}
-}
-
-// bounds are the timeouts this process was started with.
+// bounds are the timeouts this process was started with. Its
+// configuration was loaded at its start (so that a DATA_DIR volume frozen
+// since cannot hold the load up); a test whose configuration does not
+// load has nothing to derive a deadline from, and fails.
 func (p *proxy) bounds() bounds {
 	p.t.Helper()
-	return boundsOf(p.t, p.env)
+	if p.cfgErr != nil {
+		p.t.Fatalf("the deadlines come from the proxy's configuration, which does not load: %v", p.cfgErr)
+	}
+	return bounds{p.cfg}
 }
 
 // storeOp bounds one store operation, retries included: STORE_TIMEOUT, or
