@@ -45,6 +45,7 @@ func TestPostgresRestartedProxyRemembers(t *testing.T) {
 	}
 	first.Stop()
 	second := startProxy(t, env)
+	second.awaitReady(t)
 	for _, p := range []provider{acme, stripe, github} {
 		expect(t, p.Name+" redelivery to the restarted proxy", mustSend(t, ctx, client, second, p, p.Event(1)), 200, "duplicate")
 		if n := app.Effects(key(p, p.Event(1).ID)); n != 1 {

@@ -363,13 +363,17 @@ func appNameOwnsPrefix(t *testing.T, storeEnv map[string]string) {
 		return m
 	}
 	appA, appB := newUpstream(t), newUpstream(t)
+	// Each proxy is sent to once ready: PostgreSQL's tables and owner
+	// may be set up a moment after the process serves.
 	a := startProxy(t, proxyEnv(appA, env("APP_NAME", "billing")))
+	a.awaitReady(t)
 	ctx, client := testContext(t), newClient(t)
 	const n = 10
 	for i, ans := range sendAll(t, ctx, client, a, stripe, n) {
 		expect(t, fmt.Sprintf("app A, event %d", i+1), ans, 200, "forwarded")
 	}
 	replica := startProxy(t, proxyEnv(appA, env("APP_NAME", "billing")))
+	replica.awaitReady(t)
 	expect(t, "app A's replica, event 1", mustSend(t, ctx, client, replica, stripe, stripe.Event(1)), 200, "duplicate")
 
 	b := launch(t, proxyEnv(appB, env("APP_NAME", "crm")))
@@ -381,6 +385,7 @@ func appNameOwnsPrefix(t *testing.T, storeEnv map[string]string) {
 		}
 	case <-time.After(exitDeadline):
 		b.waitHealthy()
+		b.awaitReady(t)
 		dups := 0
 		for _, ans := range sendAll(t, ctx, client, b, stripe, n) {
 			if ans.Dedup() == "duplicate" {
@@ -391,6 +396,7 @@ func appNameOwnsPrefix(t *testing.T, storeEnv map[string]string) {
 	}
 
 	own := startProxy(t, proxyEnv(appB, env("APP_NAME", "crm", "KEY_PREFIX", "crm:")))
+	own.awaitReady(t)
 	expect(t, "app B on its own prefix, event 1", mustSend(t, ctx, client, own, stripe, stripe.Event(1)), 200, "forwarded")
 }
 
