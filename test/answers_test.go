@@ -28,10 +28,11 @@ func proxyEnv(app *upstream, more map[string]string) map[string]string {
 	return env
 }
 
+// testContext is the context of a test's sends: it ends with the test.
+// Each send is bounded by its client's timeout, not by a guess at how long
+// the whole test may take on a loaded machine.
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return t.Context()
 }
 
 // mustSend sends one signed attempt and fails the test on a transport error.
@@ -47,11 +48,11 @@ func mustSend(t *testing.T, ctx context.Context, client *http.Client, px *proxy,
 // settledSend sends ev like a provider retrying promptly: while the proxy
 // answers in-flight it sends again. The proxy settles a claim before the
 // sender sees the app's answer, but when it answers 502 or 504 itself the
-// release may follow the answer, so a retry sent that moment may still
-// find the claim in flight.
+// release, one store operation, may follow the answer, so a retry sent
+// that moment may still find the claim in flight.
 func settledSend(t *testing.T, ctx context.Context, client *http.Client, px *proxy, p provider, ev event) answer {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(px.bounds().claimed())
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -127,7 +128,7 @@ func TestDuplicateInFlight(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			app := newUpstream(t)
-			env := proxyEnv(app, map[string]string{"UPSTREAM_TIMEOUT": "5s", "LEASE_TTL": "20s"})
+			env := proxyEnv(app, nil)
 			for k, v := range tc.env {
 				env[k] = v
 			}
@@ -136,6 +137,7 @@ func TestDuplicateInFlight(t *testing.T) {
 			}
 			px := startProxy(t, env)
 			ctx, client := testContext(t), newClient(t)
+			lease := px.bounds().cfg.LeaseTTL
 
 			for _, p := range []provider{stripe, acme} {
 				ev := p.Event(7)
@@ -150,12 +152,12 @@ func TestDuplicateInFlight(t *testing.T) {
 					}
 					firstDone <- a
 				}()
-				app.awaitEntered(t, k)
+				app.awaitEntered(t, k, px.bounds().claimed())
 
 				dup := mustSend(t, ctx, client, px, p, ev)
 				expect(t, k+" copy while the first is at the app", dup, tc.status, "in-flight")
-				if ra, err := dup.retryAfter(); err != nil || ra < 1 || ra > 20 {
-					t.Errorf("%s in-flight: Retry-After %q; want whole seconds in [1, 20] (the lease time left): %v", k, dup.Header.Get("Retry-After"), err)
+				if ra, err := dup.retryAfter(); err != nil || ra < 1 || time.Duration(ra)*time.Second > lease {
+					t.Errorf("%s in-flight: Retry-After %q; want whole seconds in [1, %s] (the lease time left): %v", k, dup.Header.Get("Retry-After"), lease, err)
 				}
 				if n := app.Attempts(k); n != 1 {
 					t.Errorf("%s reached the app %d times while in flight, want 1", k, n)
@@ -322,12 +324,14 @@ func TestBodyLimits(t *testing.T) {
 	if _, err := pw.Write(ev.Body[:half]); err != nil {
 		t.Fatalf("write the first half: %v", err)
 	}
+	// The headers reach the app once the event is claimed.
+	arrival := px.bounds().claimed()
 	select {
 	case <-app.arrived:
-	case <-time.After(10 * time.Second):
+	case <-time.After(arrival):
 		pw.CloseWithError(fmt.Errorf("gave up"))
 		<-done
-		t.Fatalf("the app got nothing of a half-sent 4 MiB body on a header route within 10s: the proxy does not stream it (answer %s, %v)", a, sendErr)
+		t.Fatalf("the app got nothing of a half-sent 4 MiB body on a header route within %s: the proxy does not stream it (answer %s, %v)", arrival, a, sendErr)
 	}
 	if _, err := pw.Write(ev.Body[half:]); err != nil {
 		t.Fatalf("write the second half: %v", err)
@@ -466,7 +470,7 @@ func TestUpstreamTimeout(t *testing.T) {
 	t.Cleanup(release)
 	slow := mustSend(t, ctx, client, px, stripe, ev)
 	// The app sees the proxy drop the request and rolls back; only then is it let go.
-	app.awaitAbandoned(t, k)
+	app.awaitAbandoned(t, k, px.bounds().answered())
 	release()
 	if slow.Status != http.StatusGatewayTimeout {
 		t.Errorf("app slower than UPSTREAM_TIMEOUT: answered %s; want 504", slow)

@@ -32,7 +32,9 @@ func TestAsyncRolledBackToSync(t *testing.T) {
 	env["DELIVERY"] = "sync"
 	next := startProxy(t, env)
 	started := time.Now()
-	awaitEffects(t, app, keys, 20*time.Second)
+	// The events queued, retrying, are due again within RETRY_MAX_INTERVAL.
+	b := next.bounds()
+	awaitEffects(t, app, keys, b.delivered(2)+b.drained(n, 0))
 	next.awaitLog(t, "no route is async, but the store holds events async routes queued", 1)
 	for i := range n {
 		ev := github.Event(i)

@@ -50,13 +50,15 @@ func TestAsyncSlowApp(t *testing.T) {
 	t.Cleanup(finish)
 
 	ev := stripe.Event(1)
+	// Queued is answered once the event is claimed, whatever the app does.
+	queued := px.bounds().claimed()
 	start := time.Now()
-	sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sendCtx, cancel := context.WithTimeout(ctx, queued)
 	a, err := stripe.send(sendCtx, client, px.Addr, ev)
 	cancel()
 	took := time.Since(start)
 	if err != nil {
-		t.Fatalf("no answer within 10s while the app still works on the event: the sender waits for the app (%v)", err)
+		t.Fatalf("no answer within %s while the app still works on the event: the sender waits for the app (%v)", queued, err)
 	}
 	expect(t, "first delivery", a, http.StatusAccepted, "queued")
 	if want := fmt.Sprintf(`{"status":"queued","event_id":%q}`, ev.ID); strings.TrimSpace(string(a.Body)) != want {
@@ -65,13 +67,13 @@ func TestAsyncSlowApp(t *testing.T) {
 	if st := px.event(t, stripe, ev.ID).State; st != "queued" && st != "delivering" {
 		t.Errorf("admin API right after the 202: state %q, want queued or delivering", st)
 	}
-	app.awaitEntered(t, key(stripe, ev.ID))
+	app.awaitEntered(t, key(stripe, ev.ID), px.bounds().delivered(1))
 	if got := px.event(t, stripe, ev.ID); got.State != "delivering" || got.Attempts != 1 {
 		t.Errorf("admin API while the app works: %+v, want delivering, attempt 1", got)
 	}
 	expect(t, "a copy while it is delivered", mustSend(t, ctx, client, px, stripe, ev), 200, "duplicate")
 	finish()
-	done := px.awaitState(t, stripe, ev.ID, "completed", 10*time.Second)
+	done := px.awaitState(t, stripe, ev.ID, "completed", px.bounds().delivered(1))
 	if done.Status != 200 {
 		t.Errorf("completed with status %d, want the app's 200", done.Status)
 	}
@@ -104,7 +106,9 @@ func TestAsyncExactlyOnceCluster(t *testing.T) {
 
 func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 	app := newUpstream(t)
-	app.FailWhen(func(k string, attempt int) bool { return seeded(runSeed, runFailOneIn, k, attempt) })
+	fails := func(k string, attempt int) bool { return seeded(runSeed, runFailOneIn, k, attempt) }
+	app.FailWhen(fails)
+	const mostWork = 8 * time.Millisecond // the app's longest answer
 	app.WorkFor(func(k string, attempt int) time.Duration {
 		return time.Duration(draw(runSeed+1, k, attempt)%8) * time.Millisecond
 	})
@@ -119,8 +123,7 @@ func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 
 	deliveries, copies := planDeliveries(runEvents, runSeed+2, 4)
 	s := &sender{client: newClient(t), addr: px.Addr, maxAttempts: 1, backoff: func(int) time.Duration { return 0 }, tally: newTally()}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t)
 	start := time.Now()
 	var (
 		mu     sync.Mutex
@@ -138,11 +141,22 @@ func asyncExactlyOnceRun(t *testing.T, st asyncStore) {
 	for _, f := range failed {
 		t.Errorf("a sender attempt was not answered 2xx: %s", f)
 	}
+	// The app's failures are drawn from the seed, so the attempts each
+	// event takes are known: the queue is drained once every event has had
+	// its attempts, the one that needs the most of them last.
 	var keys []string
+	attempts, most := 0, 1
 	for _, d := range deliveries {
-		keys = append(keys, key(d.p, d.ev.ID))
+		k := key(d.p, d.ev.ID)
+		keys = append(keys, k)
+		n := 1
+		for fails(k, n) {
+			n++
+		}
+		attempts, most = attempts+n, max(most, n)
 	}
-	awaitEffects(t, app, keys, 60*time.Second)
+	b := px.bounds()
+	awaitEffects(t, app, keys, b.delivered(most)+b.drained(attempts, mostWork))
 	delivered := time.Since(start)
 	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, float64(runEvents))
 	checkOnceEach(t, app, deliveries)
@@ -174,6 +188,7 @@ func TestAsyncAppDown(t *testing.T) {
 	addr := redistest.FreeAddr(t)
 	px := startProxy(t, asyncEnv("http://"+addr, diskStore.env(t)))
 	const n = 20
+	queued := time.Now()
 	keys := queueEvents(t, px, github, n)
 	// Events were tried and failed while the app was down, until the
 	// workers took the app for down (DELIVERY_CONCURRENCY failures in a
@@ -185,7 +200,12 @@ func TestAsyncAppDown(t *testing.T) {
 		t.Fatalf("the app's port was taken meanwhile: %v", err)
 	}
 	app := newUpstreamOn(t, ln)
-	awaitEffects(t, app, keys, 20*time.Second)
+	// The next probe goes out within the probe pause, which doubles from a
+	// tenth of a second: never longer than the probing so far, itself
+	// shorter than the time since the events were queued. Then the queue
+	// drains as usual.
+	b := px.bounds()
+	awaitEffects(t, app, keys, time.Since(queued)+b.delivered(1)+b.drained(n, 0))
 	px.awaitMetric(t, "webhook_dedup_deliveries_total", map[string]string{"result": "succeeded"}, n)
 	for _, k := range keys {
 		if got := app.Effects(k); got != 1 {
@@ -215,7 +235,7 @@ func TestAsyncDeadLetterAndRetry(t *testing.T) {
 	ctx, client := testContext(t), newClient(t)
 	ev := acme.Event(7)
 	expect(t, "delivery", mustSend(t, ctx, client, px, acme, ev), 202, "queued")
-	failed := px.awaitState(t, acme, ev.ID, "failed", 10*time.Second)
+	failed := px.awaitState(t, acme, ev.ID, "failed", px.bounds().delivered(3))
 	if failed.Attempts != 3 || failed.LastStatus != 500 || failed.LastError == "" {
 		t.Errorf("dead letter: %+v, want 3 attempts, last status 500, an error", failed)
 	}
@@ -245,7 +265,7 @@ func TestAsyncDeadLetterAndRetry(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("webhook-dedup retry: exit %d, %q %q", code, out, errOut)
 	}
-	done := px.awaitState(t, acme, ev.ID, "completed", 10*time.Second)
+	done := px.awaitState(t, acme, ev.ID, "completed", px.bounds().delivered(1))
 	if done.Attempts != 1 {
 		t.Errorf("completed after %d attempts since the retry, want 1 (a new first attempt)", done.Attempts)
 	}
@@ -283,14 +303,19 @@ func TestAsyncRetryAfter(t *testing.T) {
 	ctx, client := testContext(t), newClient(t)
 	ev := acme.Event(1)
 	expect(t, "delivery", mustSend(t, ctx, client, px, acme, ev), 202, "queued")
-	queued := px.awaitState(t, acme, ev.ID, "queued", 5*time.Second)
-	for queued.LastStatus == 0 { // queued before its first attempt
-		queued = px.awaitState(t, acme, ev.ID, "queued", 5*time.Second)
-	}
+	// Queued again after its first attempt, for the 2 s Retry-After asks.
+	b := px.bounds()
+	var queued asyncEvent
+	await(t, b.delivered(1), func() error {
+		if queued = px.event(t, acme, ev.ID); queued.State != "queued" || queued.LastStatus == 0 {
+			return fmt.Errorf("event %s: %+v, want queued after its first attempt", ev.ID, queued)
+		}
+		return nil
+	})
 	if queued.LastStatus != 503 || queued.NextAttemptAt == "" {
 		t.Errorf("after the 503: %+v, want last_status 503 and a next_attempt_at", queued)
 	}
-	px.awaitState(t, acme, ev.ID, "completed", 10*time.Second)
+	px.awaitState(t, acme, ev.ID, "completed", b.delivered(2))
 	seen := app.seen(ev.ID)
 	if len(seen) != 2 {
 		t.Fatalf("the app saw %d attempts, want 2", len(seen))
@@ -302,7 +327,7 @@ func TestAsyncRetryAfter(t *testing.T) {
 		t.Logf("second attempt %s after a 503 with Retry-After: 2", gap.Round(time.Millisecond))
 	}
 	// Capped: delivered within RETRY_MAX_INTERVAL, not an hour later.
-	px.awaitState(t, acme, capped.ID, "completed", 10*time.Second)
+	px.awaitState(t, acme, capped.ID, "completed", b.delivered(2))
 	if seen := app.seen(capped.ID); len(seen) != 2 || seen[1].at.Sub(seen[0].at) < 3*time.Second-5*time.Millisecond {
 		t.Errorf("after a 429 with Retry-After: 3600 the app saw %+v; want the second attempt RETRY_MAX_INTERVAL (3s) later", seen)
 	}
@@ -322,21 +347,20 @@ func TestAsyncConcurrency(t *testing.T) {
 	for i := range 10 {
 		expect(t, "delivery", mustSend(t, ctx, client, px, acme, acme.Event(i)), 202, "queued")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for app.inside.Load() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests at the app, want 3", app.inside.Load())
+	b := px.bounds()
+	await(t, b.delivered(1), func() error {
+		if n := app.inside.Load(); n < 3 {
+			return fmt.Errorf("%d requests at the app, want 3", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	release()
-	deadline = time.Now().Add(10 * time.Second)
-	for app.total() < 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 10 events reached the app", app.total())
+	await(t, b.delivered(1)+b.drained(10, 0), func() error {
+		if n := app.total(); n < 10 {
+			return fmt.Errorf("%d of 10 events reached the app", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if m := app.most.Load(); m != 3 {
 		t.Errorf("at most %d requests at the app at once, want DELIVERY_CONCURRENCY's 3", m)
 	}
@@ -355,14 +379,14 @@ func TestAsyncRouteOverrides(t *testing.T) {
 	px := startProxy(t, env)
 	expect(t, "stripe;async under DELIVERY=sync", mustSend(t, ctx, client, px, stripe, stripe.Event(1)), 202, "queued")
 	expect(t, "github under DELIVERY=sync", mustSend(t, ctx, client, px, github, github.Event(1)), 200, "forwarded")
-	px.awaitState(t, stripe, stripe.Event(1).ID, "completed", 10*time.Second)
+	px.awaitState(t, stripe, stripe.Event(1).ID, "completed", px.bounds().delivered(1))
 
 	env = asyncEnv(app.URL, diskStore.env(t))
 	env["ROUTES"] = stripe.Path + "=" + stripe.Source + "," + github.Path + "=" + github.Source + ";sync"
 	px2 := startProxy(t, env)
 	expect(t, "stripe under DELIVERY=async", mustSend(t, ctx, client, px2, stripe, stripe.Event(2)), 202, "queued")
 	expect(t, "github;sync under DELIVERY=async", mustSend(t, ctx, client, px2, github, github.Event(2)), 200, "forwarded")
-	px2.awaitState(t, stripe, stripe.Event(2).ID, "completed", 10*time.Second)
+	px2.awaitState(t, stripe, stripe.Event(2).ID, "completed", px2.bounds().delivered(1))
 	for _, k := range []string{key(stripe, stripe.Event(1).ID), key(stripe, stripe.Event(2).ID), key(github, github.Event(1).ID), key(github, github.Event(2).ID)} {
 		if n := app.Effects(k); n != 1 {
 			t.Errorf("%s: %d effects, want 1", k, n)
@@ -417,11 +441,11 @@ func asyncSIGTERMRun(t *testing.T, st asyncStore) {
 	release := app.Hold()
 	t.Cleanup(release)
 	keys := queueEvents(t, px, stripe, 20)
-	app.awaitEntered(t, keys[0])
+	app.awaitEntered(t, keys[0], px.bounds().delivered(1))
 	px.Terminate()
 	px.awaitLog(t, `"msg":"shutting down"`, 1)
 	release()
-	if code := px.waitExit(exitDeadline); code != 0 {
+	if code := px.waitExit(px.bounds().exited()); code != 0 {
 		t.Fatalf("exit status after SIGTERM: %d, want 0", code)
 	}
 	before := 0
@@ -432,7 +456,8 @@ func asyncSIGTERMRun(t *testing.T, st asyncStore) {
 		t.Fatalf("%d of %d events delivered before the process stopped: the test proves nothing", before, len(keys))
 	}
 	next := startProxy(t, env)
-	awaitEffects(t, app, keys, 20*time.Second)
+	b := next.bounds()
+	awaitEffects(t, app, keys, b.delivered(1)+b.drained(len(keys), 0))
 	for _, k := range keys {
 		if n := app.Effects(k); n != 1 {
 			t.Errorf("%s took effect %d times, want once", k, n)
@@ -463,12 +488,12 @@ func asyncKillRun(t *testing.T, st asyncStore) {
 	// stay at the app until the kill cuts them off, so events are still
 	// queued and in delivery at the kill however slowly they were sent.
 	// After the kill, every request is done in 200ms.
-	const doneBeforeKill = 4
+	const doneBeforeKill, work = 4, 200 * time.Millisecond
 	var seen atomic.Int32
 	var killed atomic.Bool
 	app.WorkFor(func(string, int) time.Duration {
 		if killed.Load() || seen.Add(1) <= doneBeforeKill {
-			return 200 * time.Millisecond
+			return work
 		}
 		return time.Hour
 	})
@@ -480,20 +505,22 @@ func asyncKillRun(t *testing.T, st asyncStore) {
 	px.awaitReady(t) // every send here must be queued
 	keys := queueEvents(t, px, github, 40)
 	// Kill it once some events are done and others are at the app.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(app.EffectsSnapshot()) < doneBeforeKill || seen.Load() <= doneBeforeKill {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries completed and %d requests reached the app before the kill, want %d and more", len(app.EffectsSnapshot()), seen.Load(), doneBeforeKill)
+	b := px.bounds()
+	await(t, b.delivered(1)+b.drained(doneBeforeKill+1, work), func() error {
+		if done, n := len(app.EffectsSnapshot()), seen.Load(); done < doneBeforeKill || n <= doneBeforeKill {
+			return fmt.Errorf("%d deliveries completed and %d requests reached the app before the kill, want %d and more", done, n, doneBeforeKill)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	killed.Store(true)
 	px.Kill()
 	px.waitExit(exitDeadline)
 	before := len(app.EffectsSnapshot())
 
 	next := startProxy(t, env)
-	awaitEffects(t, app, keys, 30*time.Second)
+	// The attempts the kill cut off are taken over once their lease runs
+	// out; the rest are due at once.
+	awaitEffects(t, app, keys, b.delivered(1)+b.drained(len(keys), work))
 	twice, cut := 0, 0
 	for _, k := range keys {
 		if n := app.Effects(k); n > 1 {
@@ -563,7 +590,7 @@ func TestAsyncCLIOnRedis(t *testing.T) {
 	px := startProxy(t, env)
 	ev := acme.Event(3)
 	queueEvents(t, px, acme, 4)
-	px.awaitState(t, acme, ev.ID, "failed", 10*time.Second)
+	px.awaitState(t, acme, ev.ID, "failed", px.bounds().delivered(1))
 
 	cliEnv := map[string]string{"REDIS_URL": store["REDIS_URL"]}
 	code, out, errOut := cli(t, cliEnv, "dead-letters")
@@ -576,7 +603,7 @@ func TestAsyncCLIOnRedis(t *testing.T) {
 	if code, out, errOut := cli(t, cliEnv, "retry", "/hooks/acme", ev.ID); code != 0 || !strings.Contains(out, "queued") {
 		t.Fatalf("retry on Redis: exit %d, %q %q", code, out, errOut)
 	}
-	px.awaitState(t, acme, ev.ID, "completed", 10*time.Second)
+	px.awaitState(t, acme, ev.ID, "completed", px.bounds().delivered(1))
 	if code, _, errOut := cli(t, cliEnv, "retry", "/hooks/acme", ev.ID); code != 1 || !strings.Contains(errOut, "not dead-lettered") {
 		t.Errorf("retry of a completed event: exit %d, %q; want 1, not dead-lettered", code, errOut)
 	}
@@ -615,7 +642,7 @@ func asyncStoreDownRun(t *testing.T, name string, storeEnv map[string]string, st
 		t.Fatalf("readyz after %s is back: %v", name, err)
 	}
 	expect(t, "the retry once "+name+" is back", settledQueued(t, ctx, client, px, stripe, ev), 202, "queued")
-	awaitEffects(t, app, []string{key(stripe, ev.ID)}, 10*time.Second)
+	awaitEffects(t, app, []string{key(stripe, ev.ID)}, px.bounds().delivered(1))
 	if n := app.Effects(key(stripe, ev.ID)); n != 1 {
 		t.Errorf("%d effects, want 1", n)
 	}
@@ -625,7 +652,7 @@ func asyncStoreDownRun(t *testing.T, name string, storeEnv map[string]string, st
 // proxy's pool may take a moment to reconnect after /readyz turned 200).
 func settledQueued(t *testing.T, ctx context.Context, client *http.Client, px *proxy, p provider, ev event) answer {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(px.bounds().reconnected())
 	for {
 		a := mustSend(t, ctx, client, px, p, ev)
 		if a.Dedup() != "store-unavailable" || time.Now().After(deadline) {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // TestAsyncBulkRetry: behind an app that fails everything, every event is
@@ -29,8 +28,9 @@ func TestAsyncBulkRetry(t *testing.T) {
 	px := startProxy(t, env)
 	const n = 6
 	queueEvents(t, px, acme, n)
+	b := px.bounds()
 	for i := range n {
-		px.awaitState(t, acme, acme.Event(i).ID, "failed", 10*time.Second)
+		px.awaitState(t, acme, acme.Event(i).ID, "failed", b.delivered(1))
 	}
 	px.awaitLog(t, `"retry_with":"webhook-dedup retry /hooks/acme `, n)
 
@@ -42,7 +42,7 @@ func TestAsyncBulkRetry(t *testing.T) {
 	}
 	for i := range n {
 		id := acme.Event(i).ID
-		if done := px.awaitState(t, acme, id, "completed", 10*time.Second); done.Attempts != 1 {
+		if done := px.awaitState(t, acme, id, "completed", b.delivered(1)); done.Attempts != 1 {
 			t.Errorf("%s completed after %d attempts since the retry, want 1 (a new first attempt)", id, done.Attempts)
 		}
 		if seen := app.seen(id); len(seen) != 2 || seen[1].header != "1" {

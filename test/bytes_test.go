@@ -2,12 +2,12 @@ package test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
-	"time"
 )
 
 // TestAsyncHeaderBytesKept: a header value with bytes that are not UTF-8
@@ -48,19 +48,14 @@ func TestAsyncHeaderBytesKept(t *testing.T) {
 			if resp.StatusCode != http.StatusAccepted {
 				t.Fatalf("answered %d, want 202 queued", resp.StatusCode)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			await(t, px.bounds().delivered(1), func() error {
 				mu.Lock()
-				n := len(got)
-				mu.Unlock()
-				if n > 0 {
-					break
+				defer mu.Unlock()
+				if len(got) == 0 {
+					return errors.New("the app never got the event")
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("the app never got the event")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return nil
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			if got[0] != raw {

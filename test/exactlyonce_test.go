@@ -78,9 +78,7 @@ func exactlyOnceRun(t *testing.T, store string, storeEnv map[string]string, conc
 		},
 		tally: newTally(),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
+	ctx := testContext(t)
 	start := time.Now()
 	var (
 		mu     sync.Mutex

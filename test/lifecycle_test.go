@@ -73,7 +73,7 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		answered <- a
 	}()
-	app.awaitEntered(t, key(stripe, ev.ID))
+	app.awaitEntered(t, key(stripe, ev.ID), px.bounds().claimed())
 
 	px.Terminate()
 	// A 503 seen well within SHUTDOWN_DELAY came at once, not when the
@@ -85,7 +85,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	release()
 	expect(t, "the delivery at the app during shutdown", <-answered, 200, "forwarded")
-	if code := px.waitExit(exitDeadline); code != 0 {
+	if code := px.waitExit(px.bounds().exited()); code != 0 {
 		t.Errorf("exit status after SIGTERM: %s, want 0", strconv.Itoa(code))
 	}
 }

@@ -21,11 +21,6 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// metricsDeadline bounds waiting for a counter to move: the proxy counts a
-// webhook just after its answer is written, so a scrape sent the moment the
-// answer arrives may come a little early.
-const metricsDeadline = 5 * time.Second
-
 // metrics scrapes /metrics and parses it as Prometheus's text format.
 func (p *proxy) metrics(t testing.TB) map[string]*dto.MetricFamily {
 	t.Helper()
@@ -115,21 +110,21 @@ func series(fams map[string]*dto.MetricFamily, name string) string {
 }
 
 // awaitMetric polls /metrics until the value of name{labels} (see sample)
-// is at least min, and returns it; it fails the test at metricsDeadline.
+// is at least min, and returns it; it fails the test once the proxy has
+// had its bound to show what happened (observed). The proxy counts a
+// webhook just after its answer is written, so a scrape sent the moment
+// the answer arrives may come a little early.
 func (p *proxy) awaitMetric(t testing.TB, name string, labels map[string]string, min float64) float64 {
 	t.Helper()
-	deadline := time.Now().Add(metricsDeadline)
-	for {
+	var v float64
+	await(t, p.bounds().observed(), func() error {
 		fams := p.metrics(t)
-		v := sample(fams, name, labels)
-		if v >= min {
-			return v
+		if v = sample(fams, name, labels); v < min {
+			return fmt.Errorf("%s%v = %v; want at least %v. Series: %s", name, labels, v, min, series(fams, name))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s%v = %v; want at least %v within %s. Series: %s", name, labels, v, min, metricsDeadline, series(fams, name))
-		}
-		time.Sleep(25 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
+	return v
 }
 
 // awaitLog polls the process's output until substr occurs at least n
@@ -137,7 +132,7 @@ func (p *proxy) awaitMetric(t testing.TB, name string, labels map[string]string,
 // second.
 func (p *proxy) awaitLog(t testing.TB, substr string, n int) {
 	t.Helper()
-	p.awaitLogWithin(t, substr, n, metricsDeadline)
+	p.awaitLogWithin(t, substr, n, p.bounds().observed())
 }
 
 // awaitLogWithin is awaitLog with a deadline of the caller's.

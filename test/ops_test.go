@@ -41,7 +41,7 @@ func TestOpsReadinessFollowsRedis(t *testing.T) {
 		t.Fatalf("readyz with Redis down: %v", err)
 	}
 	healthcheck(1, "Redis down")
-	if err := px.pollAdmin("/healthz", http.StatusOK, time.Second); err != nil {
+	if err := px.pollAdmin("/healthz", http.StatusOK, loadMargin); err != nil {
 		t.Errorf("healthz with Redis down: %v (the process is alive)", err)
 	}
 
@@ -196,14 +196,15 @@ func TestOpsAdminAPI(t *testing.T) {
 	release := app.Hold()
 	t.Cleanup(release)
 	first := sendAsync(ctx, client, px, github, gh)
-	app.awaitEntered(t, key(github, gh.ID))
+	app.awaitEntered(t, key(github, gh.ID), px.bounds().claimed())
 	ghPath := "/v1/events/github/" + gh.ID
 	a = px.adminDo(t, http.MethodGet, ghPath, adminToken)
 	if a.Status != http.StatusOK {
 		t.Fatalf("GET an in-flight event: %s, want 200", a)
 	}
-	if got := decodeEvent(t, "in-flight event", a.Body); got.State != "in-flight" || got.Status != nil || *got.TTLSeconds > 45 {
-		t.Errorf("in-flight event: %s; want state in-flight, no status, ttl_seconds ≤ the 45s lease", a.Body)
+	lease := px.bounds().cfg.LeaseTTL
+	if got := decodeEvent(t, "in-flight event", a.Body); got.State != "in-flight" || got.Status != nil || *got.TTLSeconds > lease.Seconds() {
+		t.Errorf("in-flight event: %s; want state in-flight, no status, ttl_seconds ≤ the %s lease", a.Body, lease)
 	}
 	release()
 	expect(t, "the held delivery", receive(t, "held delivery", first), 200, "forwarded")
@@ -320,15 +321,16 @@ func TestOpsShutdownCompletesSlowRequest(t *testing.T) {
 	release := app.Hold()
 	t.Cleanup(release)
 	first := sendAsync(ctx, client, px, stripe, ev)
-	app.awaitEntered(t, key(stripe, ev.ID))
+	app.awaitEntered(t, key(stripe, ev.ID), px.bounds().claimed())
 	px.Terminate()
-	// Shutdown has begun once readyz turns 503; the app then finishes.
-	if err := px.pollAdmin("/readyz", http.StatusServiceUnavailable, 5*time.Second); err != nil {
+	// Shutdown has begun once readyz turns 503, at once on SIGTERM; the
+	// app then finishes.
+	if err := px.pollAdmin("/readyz", http.StatusServiceUnavailable, loadMargin); err != nil {
 		t.Errorf("readyz after SIGTERM: %v", err)
 	}
 	release()
 	expect(t, "the delivery at the app during shutdown", receive(t, "delivery during shutdown", first), 200, "forwarded")
-	if code := px.waitExit(exitDeadline); code != 0 {
+	if code := px.waitExit(px.bounds().exited()); code != 0 {
 		t.Errorf("exit status after SIGTERM: %d, want 0", code)
 	}
 
@@ -360,10 +362,11 @@ func TestOpsShutdownReleasesUnfinishedClaim(t *testing.T) {
 	release := app.Hold()
 	t.Cleanup(release)
 	first := sendAsync(ctx, client, px, stripe, ev)
-	app.awaitEntered(t, k)
+	app.awaitEntered(t, k, px.bounds().claimed())
 	px.Terminate()
-	app.awaitAbandoned(t, k)
-	if code := px.waitExit(exitDeadline); code != 0 {
+	// Abandoned once draining runs out of time, before the exit.
+	app.awaitAbandoned(t, k, px.bounds().exited())
+	if code := px.waitExit(px.bounds().exited()); code != 0 {
 		t.Errorf("exit status after SIGTERM: %d, want 0", code)
 	}
 	// The sender gets the proxy's 502, or loses the connection as the
@@ -500,7 +503,7 @@ func TestOpsInflightWait(t *testing.T) {
 		release := app.Hold()
 		t.Cleanup(release)
 		first := sendAsync(ctx, client, px, acme, ev)
-		app.awaitEntered(t, key(acme, ev.ID))
+		app.awaitEntered(t, key(acme, ev.ID), px.bounds().claimed())
 		copyCh := sendAsync(ctx, client, px, acme, ev)
 		waiting(t, px)
 		release()
@@ -521,7 +524,7 @@ func TestOpsInflightWait(t *testing.T) {
 		release := app.Hold()
 		t.Cleanup(release)
 		first := sendAsync(ctx, client, px, acme, ev)
-		app.awaitEntered(t, key(acme, ev.ID))
+		app.awaitEntered(t, key(acme, ev.ID), px.bounds().claimed())
 		copyCh := sendAsync(ctx, client, px, acme, ev)
 		waiting(t, px)
 		release()
@@ -535,20 +538,22 @@ func TestOpsInflightWait(t *testing.T) {
 	t.Run("wait ends with the first still at the app", func(t *testing.T) {
 		t.Parallel()
 		app := newUpstream(t)
+		// The first stays at the app, within UPSTREAM_TIMEOUT, until the
+		// test has seen the copy's wait run out.
 		px := startProxy(t, proxyEnv(app, map[string]string{
 			"REDIS_URL": srv.URL(), "KEY_PREFIX": "e2e-wait-c:",
-			"INFLIGHT_WAIT": "300ms", "INFLIGHT_STATUS": "503", "UPSTREAM_TIMEOUT": "10s",
+			"INFLIGHT_WAIT": "300ms", "INFLIGHT_STATUS": "503",
 		}))
 		ctx, client := testContext(t), newClient(t)
 		ev := acme.Event(1)
 		release := app.Hold()
 		t.Cleanup(release)
 		first := sendAsync(ctx, client, px, acme, ev)
-		app.awaitEntered(t, key(acme, ev.ID))
+		app.awaitEntered(t, key(acme, ev.ID), px.bounds().claimed())
 		dup := mustSend(t, ctx, client, px, acme, ev)
 		expect(t, "copy whose wait ran out", dup, http.StatusServiceUnavailable, "in-flight")
-		if ra, err := dup.retryAfter(); err != nil || ra < 1 || ra > 25 {
-			t.Errorf("Retry-After %q; want whole seconds in [1, 25] (the lease left): %v", dup.Header.Get("Retry-After"), err)
+		if ra, err := dup.retryAfter(); err != nil || ra < 1 || time.Duration(ra)*time.Second > px.bounds().cfg.LeaseTTL {
+			t.Errorf("Retry-After %q; want whole seconds in [1, %s] (the lease left): %v", dup.Header.Get("Retry-After"), px.bounds().cfg.LeaseTTL, err)
 		}
 		// It waited: it looked at the first's record.
 		px.awaitMetric(t, "webhook_dedup_store_duration_seconds", map[string]string{"op": "lookup"}, 1)
@@ -595,7 +600,7 @@ func TestOpsRequestIDInLogs(t *testing.T) {
 		gh.ID:            {"request_id": gh.ID, "traceparent": traceparent},
 		acme.Event(1).ID: {"request_id": "ingress-req-42"},
 	}
-	deadline := time.Now().Add(metricsDeadline)
+	deadline := time.Now().Add(px.bounds().observed())
 	for {
 		found := map[string]map[string]any{}
 		for _, line := range strings.Split(px.Logs(), "\n") {
@@ -665,7 +670,7 @@ func TestOpsForgetInFlight(t *testing.T) {
 	release := app.Hold()
 	t.Cleanup(release)
 	first := sendAsync(ctx, client, px, acme, ev)
-	app.awaitEntered(t, key(acme, ev.ID))
+	app.awaitEntered(t, key(acme, ev.ID), px.bounds().claimed())
 	if a := px.adminDo(t, http.MethodDelete, path, adminToken); a.Status != http.StatusNoContent {
 		t.Fatalf("DELETE an in-flight event: %s, want 204", a)
 	}
@@ -687,7 +692,7 @@ func TestOpsSIGINT(t *testing.T) {
 	if err := px.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if code := px.waitExit(exitDeadline); code != 0 {
+	if code := px.waitExit(px.bounds().exited()); code != 0 {
 		t.Errorf("exit status after SIGINT: %d, want 0", code)
 	}
 	if !strings.Contains(px.Logs(), `"msg":"stopped"`) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
 )
 
@@ -37,6 +38,12 @@ type proxy struct {
 	Addr string
 	// Admin is the host:port of /healthz and /readyz (ADMIN_ADDR).
 	Admin string
+
+	// cfg is the process's configuration, loaded from its environment as
+	// it loads it (nil, with cfgErr, when it does not load), at its start:
+	// what bounds derives the tests' deadlines from.
+	cfg    *config.Config
+	cfgErr error
 
 	cmd  *exec.Cmd
 	logs *lockedBuffer
@@ -135,6 +142,7 @@ func launchBinary(t testing.TB, bin string, env map[string]string, args ...strin
 		_ = p.cmd.Wait()
 		close(p.done)
 	}()
+	p.cfg, p.cfgErr = config.Load(full)
 	t.Cleanup(func() {
 		p.Stop()
 		for _, sign := range crashSigns {

@@ -3,7 +3,6 @@ package test
 import (
 	"net/http"
 	"testing"
-	"time"
 )
 
 // TestRedirectIsNotDone: only a 2xx means the app took an event. An app
@@ -44,7 +43,7 @@ func TestRedirectIsNotDone(t *testing.T) {
 		px := startProxy(t, asyncEnv(app.URL, diskStore.env(t)))
 		ev := acme.Event(1)
 		expect(t, "delivery", mustSend(t, testContext(t), newClient(t), px, acme, ev), http.StatusAccepted, "queued")
-		done := px.awaitState(t, acme, ev.ID, "completed", 10*time.Second)
+		done := px.awaitState(t, acme, ev.ID, "completed", px.bounds().delivered(2))
 		if done.Attempts != 2 {
 			t.Errorf("completed after %d attempts, want 2: the 302 is a failed attempt, retried", done.Attempts)
 		}

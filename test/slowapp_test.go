@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,19 +33,18 @@ func TestSlowAppProcessedOnce(t *testing.T) {
 	t.Parallel()
 	app := newUpstream(t)
 	app.IgnoreHangUp()
-	app.WorkFor(func(string, int) time.Duration { return 3 * time.Second })
+	const work = 3 * time.Second
+	app.WorkFor(func(string, int) time.Duration { return work })
 	px := startProxy(t, proxyEnv(app, nil))
 
 	ev := github.Event(1)
 	k := key(github, ev.ID)
 	s := slowSender(t, px, 2*time.Second, time.Second, 6)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := s.deliver(ctx, github, ev)
+	a, err := s.deliver(testContext(t), github, ev)
 
 	// The app's last effect may come after the sender stopped: wait for the
 	// app to be idle (every request it received has ended) before counting.
-	awaitAppIdle(t, app, k)
+	awaitAppIdle(t, app, k, work)
 	s.tally.mu.Lock()
 	summary := fmt.Sprintf("e2e slow app: app 3s, sender timeout 2s, retry every 1s: attempts=%d (answers %v, timeouts %d) reached-app=%d effects=%d",
 		s.tally.requests, s.tally.outcomes, s.tally.errors, app.Attempts(k), app.Effects(k))
@@ -66,15 +64,17 @@ func TestSlowAppProcessedOnce(t *testing.T) {
 	}
 }
 
-// awaitAppIdle waits until the app's count of requests for k stops moving:
-// each attempt it received has either taken effect or ended. A stubborn app
-// counts its effect up to its work time after the request reached it.
-func awaitAppIdle(t *testing.T, app *upstream, k string) {
+// awaitAppIdle waits until every request for k the app received has taken
+// effect: a stubborn app counts its effect its work time after the request
+// reached it.
+func awaitAppIdle(t *testing.T, app *upstream, k string, work time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for app.Effects(k) < app.Attempts(k) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	await(t, work+loadMargin, func() error {
+		if e, a := app.Effects(k), app.Attempts(k); e < a {
+			return fmt.Errorf("%s: %d of the %d requests that reached the app took effect", k, e, a)
+		}
+		return nil
+	})
 }
 
 // TestSlowAppManyEventsRedis: 30 events across Stripe, GitHub, Shopify and
@@ -96,7 +96,8 @@ func TestSlowAppManyEventsEmbedded(t *testing.T) {
 func slowAppRun(t *testing.T, store, redisURL string) {
 	app := newUpstream(t)
 	app.IgnoreHangUp()
-	app.WorkFor(func(string, int) time.Duration { return 1500 * time.Millisecond })
+	const work = 1500 * time.Millisecond
+	app.WorkFor(func(string, int) time.Duration { return work })
 	px := startProxy(t, proxyEnv(app, map[string]string{
 		"REDIS_URL":                redisURL,
 		"SHOPIFY_WEBHOOK_SECRET":   shopifySecret,
@@ -105,8 +106,7 @@ func slowAppRun(t *testing.T, store, redisURL string) {
 	providers := []provider{stripe, github, shopify, standardWebhooks}
 	const events = 30
 	s := slowSender(t, px, time.Second, 500*time.Millisecond, 10)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t)
 
 	var (
 		wg     sync.WaitGroup
@@ -132,7 +132,7 @@ func slowAppRun(t *testing.T, store, redisURL string) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	for _, k := range sent {
-		awaitAppIdle(t, app, k)
+		awaitAppIdle(t, app, k, work)
 	}
 
 	for _, f := range failed {
@@ -176,7 +176,7 @@ func TestSlowAppSenderGoneMidBody(t *testing.T) {
 	if _, err := c.Write([]byte(signedHead(t, ctx, px, acme, ev, 1000) + string(ev.Body[:10]))); err != nil {
 		t.Fatal(err)
 	}
-	app.awaitArrived(t, acme.Path)
+	app.awaitArrived(t, acme.Path, px.bounds().claimed())
 	c.Close()
 
 	awaitNoKey(t, srv.Addr, "e2e-slow:"+namespace(acme)+":"+ev.ID)

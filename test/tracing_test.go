@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
@@ -112,7 +111,9 @@ func TestTracing(t *testing.T) {
 		}
 	}
 	isAttempt := func(s otlptest.Span) bool { return s.GetKind() == tracepb.Span_SPAN_KIND_CONSUMER }
-	spans := rcv.Await(t, "webhook spans and the delivery attempt's upstream span", 20*time.Second, func(spans []otlptest.Span) bool {
+	// Exported every 50ms (OTEL_BSP_SCHEDULE_DELAY) once the delivery
+	// attempt has ended.
+	spans := rcv.Await(t, "webhook spans and the delivery attempt's upstream span", px.bounds().delivered(1), func(spans []otlptest.Span) bool {
 		hook, attempt := findSpan(spans, isWebhook(syncTrace)), findSpan(spans, isAttempt)
 		return hook != nil && findSpan(spans, childOf(*hook, "upstream")) != nil &&
 			findSpan(spans, isWebhook(asyncTrace)) != nil &&

@@ -43,7 +43,7 @@ func TestAsyncForgedEventIsRefused(t *testing.T) {
 	ev := stripe.Event(42)
 	expect(t, "forged", mustSend(t, ctx, client, px, forger, ev), http.StatusUnauthorized, "invalid-signature")
 	expect(t, "genuine", mustSend(t, ctx, client, px, stripe, ev), http.StatusAccepted, "queued")
-	px.awaitState(t, stripe, ev.ID, "completed", 10*time.Second)
+	px.awaitState(t, stripe, ev.ID, "completed", px.bounds().delivered(1))
 	if n := app.Effects(key(stripe, ev.ID)); n != 1 {
 		t.Errorf("%d effects, want 1", n)
 	}

@@ -287,38 +287,41 @@ func (u *upstream) IgnoreHangUp() {
 	u.stubborn = true
 }
 
-// awaitEntered waits until a webhook request for k reaches the app.
-func (u *upstream) awaitEntered(t testing.TB, k string) {
+// awaitEntered waits until a webhook request for k reaches the app, for at
+// most deadline.
+func (u *upstream) awaitEntered(t testing.TB, k string, deadline time.Duration) {
 	t.Helper()
-	awaitValue(t, u.entered, k, "no request for "+k+" reached the app")
+	awaitValue(t, u.entered, k, deadline, "no request for "+k+" reached the app")
 }
 
 // awaitAbandoned waits until a held request for k ends without effect
-// because the proxy gave up on it or died.
-func (u *upstream) awaitAbandoned(t testing.TB, k string) {
+// because the proxy gave up on it or died, for at most deadline.
+func (u *upstream) awaitAbandoned(t testing.TB, k string, deadline time.Duration) {
 	t.Helper()
-	awaitValue(t, u.abandoned, k, "the held request for "+k+" was not abandoned")
+	awaitValue(t, u.abandoned, k, deadline, "the held request for "+k+" was not abandoned")
 }
 
-// awaitArrived waits until the headers of a request on path reach the app.
-func (u *upstream) awaitArrived(t testing.TB, path string) {
+// awaitArrived waits until the headers of a request on path reach the
+// app, for at most deadline.
+func (u *upstream) awaitArrived(t testing.TB, path string, deadline time.Duration) {
 	t.Helper()
-	awaitValue(t, u.arrived, path, "no request on "+path+" reached the app")
+	awaitValue(t, u.arrived, path, deadline, "no request on "+path+" reached the app")
 }
 
-// awaitValue waits until want comes out of ch, for at most 10 seconds, and
+// awaitValue waits until want comes out of ch, for at most deadline, and
 // fails the test with failure if it does not.
-func awaitValue(t testing.TB, ch <-chan string, want, failure string) {
+func awaitValue(t testing.TB, ch <-chan string, want string, deadline time.Duration, failure string) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
 	for {
 		select {
 		case got := <-ch:
 			if got == want {
 				return
 			}
-		case <-deadline:
-			t.Fatalf("%s within 10s", failure)
+		case <-timer.C:
+			t.Fatalf("%s within %s", failure, deadline)
 		}
 	}
 }

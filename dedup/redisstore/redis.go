@@ -439,10 +439,19 @@ func recordWithTTL(v any) (dedup.Record, error) {
 	if err != nil {
 		return dedup.Record{}, err
 	}
-	if pttl > 0 { // -1: no expiry, only if set by hand; TTL stays 0
-		rec.TTL = time.Duration(pttl) * time.Millisecond
-	}
+	rec.TTL = ttlOf(pttl)
 	return rec, nil
+}
+
+// ttlOf is a record's TTL from its key's PTTL: -1 (no expiry, only if set
+// by hand) is none (0); 0 is a record in its last millisecond, which
+// still expires, so 1ms: read as one that never does, a cache in front
+// of the store would keep it for its own TTL after Redis dropped it.
+func ttlOf(pttl int64) time.Duration {
+	if pttl < 0 {
+		return 0
+	}
+	return max(time.Duration(pttl)*time.Millisecond, time.Millisecond)
 }
 
 // onMaster runs f against the master that holds key; f calls replicate

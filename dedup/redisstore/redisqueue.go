@@ -532,9 +532,7 @@ func asyncFromReply(v any) (dedup.Record, error) {
 		return dedup.Record{}, fmt.Errorf("%w: async state %d", codec.ErrBadRecord, st)
 	}
 	rec := a.Record(now)
-	if pttl > 0 {
-		rec.TTL = time.Duration(pttl) * time.Millisecond
-	}
+	rec.TTL = ttlOf(pttl)
 	return rec, nil
 }
 

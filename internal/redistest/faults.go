@@ -49,9 +49,10 @@ func (s *Server) FillMemory(t testing.TB) {
 	}
 }
 
-// stallDeadline bounds how long Stall waits for the server to stop
-// answering.
-const stallDeadline = 5 * time.Second
+// StallDeadline bounds how long Stall waits for the server to stop
+// answering: a test whose stall must outlast a bound makes it this much
+// longer, for the part Stall may spend watching it begin.
+const StallDeadline = 5 * time.Second
 
 // stallProbeTimeout is how long Stall's PING may go unanswered before it
 // counts as a sign of the stall: well beyond what a loaded machine takes
@@ -63,7 +64,7 @@ const stallProbeTimeout = 200 * time.Millisecond
 // stopped answering PING; it fails the test if it still answers after 5s.
 func (s *Server) Stall(t testing.TB, d time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), stallDeadline)
+	ctx, cancel := context.WithTimeout(context.Background(), StallDeadline)
 	defer cancel()
 	sleeper := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS, ReadTimeout: d + 5*time.Second})
 	t.Cleanup(func() { _ = sleeper.Close() })
