@@ -113,9 +113,9 @@ func TestAsyncRouteLanes(t *testing.T) {
 // proxy answers, do not starve the delivery workers, on every durable
 // store: the app keeps receiving events while they send. Before the
 // enqueue gate, 5% of what was accepted reached the app meanwhile on
-// DATA_DIR, all the rest only after the senders stopped; with the gate
-// alone, a third (each delivery waited for a Take and a settle, an accept
-// for one enqueue); with the next deliveries taken ahead, most of it. The
+// DATA_DIR, all the rest only after the senders stopped; with the gate,
+// a third to a half (each delivery waits for a Take and a settle, an
+// accept for one enqueue). The
 // ratio is logged, not asserted (docs/performance.md measures it on a
 // quiet machine): on a loaded one it moves with what else runs. The floor
 // asserts progress only, at a tenth of the worst ratio measured under
