@@ -55,9 +55,12 @@ func (b *breaker) allow(free int, now time.Time) (n int, probe bool, wait time.D
 }
 
 // record notes an attempt's outcome, answered being whether the app
-// answered it at all (any status), and reports whether that opened the
-// breaker or closed it.
-func (b *breaker) record(answered bool, now time.Time) (opened, closed bool) {
+// answered it at all (any status), and probe whether allow let it out as
+// the probe, and reports whether that opened the breaker or closed it.
+// While the breaker is open, only the probe's failure paces the next
+// probe: the deliveries taken ahead before it opened are attempted too,
+// and fail alike, but they are not probes.
+func (b *breaker) record(answered, probe bool, now time.Time) (opened, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if answered {
@@ -67,6 +70,9 @@ func (b *breaker) record(answered bool, now time.Time) (opened, closed bool) {
 	}
 	b.failures++
 	if b.open {
+		if !probe {
+			return false, false
+		}
 		b.probing = false
 		b.pause = min(2*b.pause, maxProbePause)
 		b.next = now.Add(b.pause)

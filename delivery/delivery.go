@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -97,7 +98,9 @@ type Config struct {
 	// events of every other route (one no longer async, or queued
 	// without a route) share one more lane, with as many.
 	Routes []string
-	// Concurrency is the most attempts at once in each lane. If zero, 16.
+	// Concurrency is the most attempts at once in each lane, and how many
+	// more of its deliveries are taken ahead, waiting for an attempt to
+	// end (a worker goes on with the next at once). If zero, 16.
 	Concurrency int
 	// UpstreamTimeout bounds each attempt. If zero, 30s.
 	UpstreamTimeout time.Duration
@@ -263,9 +266,10 @@ func signal(ch chan struct{}) {
 }
 
 // Run delivers until ctx is done. Then it takes nothing more, lets the
-// running attempts finish for up to ShutdownTimeout, cancels those still
-// running (their events go back to the queue, due at once) and returns.
-// Everything not taken stays queued for the next process.
+// running attempts finish, and those taken ahead be made, for up to
+// ShutdownTimeout, cancels those still running (their events go back to
+// the queue, due at once, as do those taken ahead and not yet attempted)
+// and returns. Everything not taken stays queued for the next process.
 func (w *Workers) Run(ctx context.Context) error {
 	// Attempts outlive ctx: a SIGTERM stops the taking, not the
 	// attempts under way.
@@ -302,18 +306,56 @@ func (w *Workers) Run(ctx context.Context) error {
 	return nil
 }
 
-// take hands l's due deliveries to attempts, as many at once as l has
-// slots, until ctx is done; running counts the attempts.
+// take delivers l's due deliveries until ctx is done: Concurrency
+// workers attempt them, and take keeps up to Concurrency more taken ahead
+// for them, so that a worker done with one goes on with the next at once.
+// Were the next taken only once a worker was free, each delivery would
+// wait for two store operations in turn (its Take and its outcome), where
+// an accept waits for one: under a saturating intake, with as many
+// enqueues at once as workers (proxy.Config.EnqueueConcurrency), delivery
+// kept a third to a half of the intake (docs/performance.md, "Delivery
+// during intake"). running counts the workers; once ctx is done they
+// attempt what was taken ahead, and end.
 func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.WaitGroup) {
-	slots := make(chan struct{}, w.cfg.Concurrency)
+	// taken hands the deliveries taken to the workers; a delivery's lease
+	// is kept from its Take on (keep), however long it waits here.
+	type job struct {
+		h     *held
+		probe bool   // the breaker let it out as its probe
+		stop  func() // stops keeping its lease
+	}
+	taken := make(chan job, w.cfg.Concurrency)
+	// held counts the deliveries taken and not yet settled: at most
+	// Concurrency attempted and as many waiting.
+	var held atomic.Int64
+	for range w.cfg.Concurrency {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			for j := range taken {
+				w.cfg.Metrics.slots(l.label, 1)
+				probe := j.probe
+				for h := j.h; h != nil; h = w.holding.release(h) {
+					w.attempt(attemptCtx, l, h, probe)
+					probe = false
+				}
+				j.stop()
+				w.cfg.Metrics.slots(l.label, -1)
+				held.Add(-1)
+				signal(l.freed)
+			}
+		}()
+	}
+	defer close(taken)
+	most := int64(2 * w.cfg.Concurrency)
 	poll := time.NewTimer(w.cfg.PollInterval)
 	defer poll.Stop()
 	failing := false // the store is failing: log the first error only
 	log := w.log.With(zap.String("route", l.label))
 
 	for ctx.Err() == nil {
-		free := cap(slots) - len(slots)
-		if free == 0 {
+		free := int(most - held.Load())
+		if free <= 0 {
 			select {
 			case <-ctx.Done():
 			case <-l.freed:
@@ -347,20 +389,10 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 				continue // this process holds the event already: it goes on with d
 			}
 			sent++
-			slots <- struct{}{}
-			w.cfg.Metrics.slots(l.label, 1)
-			running.Add(1)
-			go func() {
-				defer func() {
-					<-slots
-					w.cfg.Metrics.slots(l.label, -1)
-					signal(l.freed)
-					running.Done()
-				}()
-				for h := h; h != nil; h = w.holding.release(h) {
-					w.attempt(attemptCtx, l, h)
-				}
-			}()
+			held.Add(1)
+			// Never blocks for long: with held at most 2·Concurrency, the
+			// channel is full only while a worker is on its way to it.
+			taken <- job{h: h, probe: probe, stop: w.keep(attemptCtx, h, l.label)}
 		}
 		if probe && sent == 0 {
 			l.breaker.unused()

@@ -31,7 +31,7 @@ func TestAsyncDeadAppProbed(t *testing.T) {
 	t.Log(summary)
 	fmt.Println(summary)
 	if failed > 40 {
-		t.Errorf("%d failed attempts against a dead app, want the 16 that open the breaker and a few probes", failed)
+		t.Errorf("%d failed attempts against a dead app, want the 16 that open the breaker, at most the 16 taken ahead, and a few probes", failed)
 	}
 
 	l, err := net.Listen("tcp", addr)
