@@ -109,41 +109,60 @@ func TestAsyncRouteLanes(t *testing.T) {
 	}
 }
 
-// TestAsyncDeliveryDuringIntake: 200 senders at once, as fast as the proxy
-// answers, do not starve the delivery workers: the app keeps receiving
-// events while they send (before: 5% of what was accepted, all of it
-// delivered only after the senders stopped; now about a third, the
-// enqueues taking turns with the deliveries). The bar is low, for a
-// loaded machine.
+// TestAsyncDeliveryDuringIntake: 200 senders at once, as fast as the
+// proxy answers, do not starve the delivery workers, on every durable
+// store: the app keeps receiving events while they send. Before the
+// enqueue gate, 5% of what was accepted reached the app meanwhile on
+// DATA_DIR, all the rest only after the senders stopped; with the gate
+// alone, a third (each delivery waited for a Take and a settle, an accept
+// for one enqueue); with the next deliveries taken ahead, most of it. The
+// ratio is logged, not asserted (docs/performance.md measures it on a
+// quiet machine): on a loaded one it moves with what else runs. The floor
+// asserts progress only, at a tenth of the worst ratio measured under
+// load, so that only starvation fails it.
 func TestAsyncDeliveryDuringIntake(t *testing.T) {
 	t.Parallel()
-	app := newScriptedApp(t, nil)
-	px := startProxy(t, asyncEnv(app.URL, diskStore.env(t)))
-	ctx, client := testContext(t), newClient(t)
-	var accepted, next atomic.Int64
-	const senders, lasting = 200, 3 * time.Second
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Since(start) < lasting {
-				a, err := acme.send(ctx, client, px.Addr, acme.Event(int(next.Add(1))))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if a.Status == 202 {
-					accepted.Add(1)
-				}
+	// The senders send for at least lasting and until minAccepted events
+	// were accepted, so that the ratio is of enough events to mean
+	// something however slow the machine.
+	const (
+		senders     = 200
+		lasting     = 3 * time.Second
+		minAccepted = 1000
+		floor       = 0.10
+	)
+	for _, st := range []asyncStore{diskStore, redisStore, pgStore} {
+		t.Run(st.name, func(t *testing.T) {
+			app := newScriptedApp(t, nil)
+			px := startProxy(t, asyncEnv(app.URL, st.env(t)))
+			ctx, client := testContext(t), newClient(t)
+			var accepted, next atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			sending := func() bool { return time.Since(start) < lasting || accepted.Load() < minAccepted }
+			for range senders {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for sending() && ctx.Err() == nil {
+						a, err := acme.send(ctx, client, px.Addr, acme.Event(int(next.Add(1))))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if a.Status == 202 {
+							accepted.Add(1)
+						}
+					}
+				}()
 			}
-		}()
-	}
-	wg.Wait()
-	delivered := app.total()
-	t.Logf("200 senders for %s: %d accepted, %d delivered meanwhile (%.0f%%)", lasting, accepted.Load(), delivered, 100*float64(delivered)/float64(accepted.Load()))
-	if float64(delivered) < 0.15*float64(accepted.Load()) {
-		t.Errorf("%d of %d accepted events delivered while the senders sent, want at least 15%%", delivered, accepted.Load())
+			wg.Wait()
+			took, delivered, n := time.Since(start), app.total(), accepted.Load()
+			ratio := float64(delivered) / float64(n)
+			t.Logf("%d senders for %s: %d accepted (%.0f/s), %d delivered meanwhile (%.2f of them)", senders, took.Round(time.Millisecond), n, float64(n)/took.Seconds(), delivered, ratio)
+			if ratio < floor {
+				t.Errorf("%d of %d accepted events delivered while the senders sent (%.2f), want at least %.2f: intake starves delivery", delivered, n, ratio, floor)
+			}
+		})
 	}
 }
