@@ -337,10 +337,28 @@ func peerTable(w io.Writer, rows []row) {
 		fmt.Sprintf("At 32 connections, 2xx answers only. The backlog is delivered when the app has received as many requests as the server has queued events (its own count, warm-up included), timed from the end of the 32-connection run. Delivered/s during intake is the app's requests per second during that run (the plain proxy forwards every request before answering it). Each event sent 3×: in its own row, request n carries copy n/%[1]d mod 3 of event n/%[2]d×%[1]d + n mod %[1]d, so each event's copies go %[1]d requests apart (the second and third mostly while an async proxy still holds the first queued); once the backlog is delivered, the app's requests per event, over the events of the 32-connection run's whole blocks of %[2]d requests (sent 3× for sure) that reached the app, of how many there were over the repeats.", copySpread, 3*copySpread))
 }
 
+// Targets of delivery during intake: at full intake, the deliveries keep
+// at least fullShareTarget of the intake while the intake stays at least
+// peerTarget times the peer's (Hookaido's); paced at half the accept rate,
+// they keep at least pacedShareTarget of it.
+const (
+	fullShareTarget  = 0.50
+	peerTarget       = 5.0
+	pacedShareTarget = 0.80
+)
+
 // intakeTable shows whether deliveries keep up with the intake: during the
 // 32-connection run, and while a paced sender offers half of what that run
 // accepted.
 func intakeTable(w io.Writer, rows []row) {
+	acceptedRate := func(r *row) float64 {
+		v, _ := r.medianOf(func(run result) (float64, bool) { return run.Load.acceptedRate(), true })
+		return v
+	}
+	peer := 0.0 // Hookaido's accepted/s; 0: its row did not run
+	if r := findRow(rows, nameHookaido); r != nil {
+		peer = acceptedRate(r)
+	}
 	var lines []string
 	for i := range rows {
 		r := &rows[i]
@@ -356,23 +374,28 @@ func intakeTable(w io.Writer, rows []row) {
 			})
 			return v
 		}
-		accepted, _ := r.medianOf(func(run result) (float64, bool) { return run.Load.acceptedRate(), true })
+		accepted := acceptedRate(r)
 		delivered, _ := r.medianOf(func(run result) (float64, bool) { return run.deliveredRate(), true })
 		fullShare, _ := r.medianOf(func(run result) (float64, bool) {
 			return run.deliveredRate() / run.Load.acceptedRate(), run.Load.accepted() > 0
 		})
 		fullDrain, _ := r.medianOf(func(run result) (float64, bool) { return run.Drained.Seconds(), true })
 		share := paced(func(p paceResult) float64 { return p.deliveredRate() / p.acceptedRate() })
-		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %.2f | %.1f | %s | %s / %s | %.2f %s | %.0f | %s / %s | %.1f |",
-			strings.TrimPrefix(r.c.name, "webhook-dedup, "), thousands(accepted), thousands(delivered), fullShare, fullDrain,
+		xPeer := "–"
+		if peer > 0 && r.c.server != hookaido {
+			x := accepted / peer
+			xPeer = fmt.Sprintf("%.1f× %s", x, yes(math.Round(x*10) >= peerTarget*10)) // as shown
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %.2f %s | %s | %.1f | %s | %s / %s | %.2f %s | %.0f | %s / %s | %.1f |",
+			strings.TrimPrefix(r.c.name, "webhook-dedup, "), thousands(accepted), thousands(delivered), fullShare, yes(math.Round(fullShare*100) >= fullShareTarget*100), xPeer, fullDrain,
 			thousands(paced(func(p paceResult) float64 { return p.Rate })),
-			thousands(paced(paceResult.acceptedRate)), thousands(paced(paceResult.deliveredRate)), share, yes(math.Round(share*100) >= 80), // as shown
+			thousands(paced(paceResult.acceptedRate)), thousands(paced(paceResult.deliveredRate)), share, yes(math.Round(share*100) >= pacedShareTarget*100), // as shown
 			paced(func(p paceResult) float64 { return float64(p.Late) }),
 			ms(paced(func(p paceResult) float64 { return float64(p.P50) })), ms(paced(func(p paceResult) float64 { return float64(p.P99) })),
 			paced(func(p paceResult) float64 { return p.Drained.Seconds() })))
 	}
-	printTable(w, "| delivery during intake | full intake: accepted / delivered per s | delivered ÷ accepted | backlog delivered in s | paced: offered/s | accepted / delivered per s | delivered ÷ accepted (≥ 0.80) | late | sender p50 / p99 ms | backlog delivered in s |", lines,
-		"Full intake is the 32-connection run: wrk sends as fast as it is answered, and the deliveries share the server core with the intake. Deliveries of the warm-up's backlog count too, so the ratio may pass 1. Paced: request i of the run is due at start + i ÷ rate, at half the rate the 32-connection run of the same server accepted, on 32 connections, for the 32-connection run's duration; accepted and delivered per second count the answers and the app's requests from the first request to the last answer, late the requests sent over 10 ms after they were due (every connection was waiting for an answer); the sender's latencies run from when each request was due. Each backlog is timed as in the table above, from the last answer.")
+	printTable(w, fmt.Sprintf("| delivery during intake | full intake: accepted / delivered per s | delivered ÷ accepted (≥ %.2f) | accepted ÷ Hookaido's (≥ %.0f×) | backlog delivered in s | paced: offered/s | accepted / delivered per s | delivered ÷ accepted (≥ %.2f) | late | sender p50 / p99 ms | backlog delivered in s |", fullShareTarget, peerTarget, pacedShareTarget), lines,
+		"Full intake is the 32-connection run: wrk sends as fast as it is answered, and the deliveries share the server core with the intake. Deliveries of the warm-up's backlog count too, so the ratio may pass 1. Accepted ÷ Hookaido's: the median accepted/s of the full intake against the Hookaido row's, when it ran (\"–\" otherwise). Paced: request i of the run is due at start + i ÷ rate, at half the rate the 32-connection run of the same server accepted, on 32 connections, for the 32-connection run's duration; accepted and delivered per second count the answers and the app's requests from the first request to the last answer, late the requests sent over 10 ms after they were due (every connection was waiting for an answer); the sender's latencies run from when each request was due. Each backlog is timed as in the table above, from the last answer.")
 }
 
 // durableTable puts PostgreSQL as deployed (fsync=on) beside PostgreSQL
