@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,6 +91,9 @@ type Store struct {
 
 	notifyOnce sync.Once
 	notify     chan struct{}
+	// announced is when this process's enqueues last notified the
+	// listeners (UnixNano; 0: never): at most once per announceEvery.
+	announced atomic.Int64
 	// background lives until Close: the pruner's, the migration's and
 	// the listener's.
 	background context.Context

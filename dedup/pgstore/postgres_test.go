@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -443,6 +445,60 @@ func TestPostgresNotify(t *testing.T) {
 		t.Fatalf("Enqueue = %v, %v", won, err)
 	}
 	wait("after an Enqueue on another store")
+}
+
+// TestPostgresNotifyBurst: a burst of enqueues notifies the listeners at
+// most once per announceEvery, not once per event (each notification
+// costs every enqueue that sends one), and an enqueue after a quiet
+// window is heard at once. Counted on a LISTEN connection of the test's
+// own, up to the notification of an event queued after the burst:
+// notifications arrive in commit order.
+func TestPostgresNotifyBurst(t *testing.T) {
+	url := postgres.Get(t).NewDatabase(t)
+	s := openPostgres(t, nil, Config{URL: url})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.sql.notify}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	const burst = 200
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			if won, _, err := s.Enqueue(ctx, fmt.Sprint("burst-", i), storetest.Request, 0); err != nil || !won {
+				t.Errorf("Enqueue = %v, %v", won, err)
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	// After a quiet window, the next enqueue is heard.
+	time.Sleep(announceEvery) // the window's length, not a wait for an event
+	if won, _, err := s.Enqueue(ctx, "after", storetest.Request, 0); err != nil || !won {
+		t.Fatalf("Enqueue = %v, %v", won, err)
+	}
+	heard := 0
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("the enqueue after the burst was not heard: %v (%d notifications before)", err, heard)
+		}
+		if n.Payload == "after" {
+			break
+		}
+		heard++
+	}
+	most := int(took/announceEvery) + 1
+	t.Logf("%d enqueues at once in %s: %d notifications", burst, took.Round(time.Millisecond), heard)
+	if heard == 0 || heard > most {
+		t.Errorf("%d enqueues in %s sent %d notifications, want 1 to %d: the first, then at most one per %s", burst, took, heard, most, announceEvery)
+	}
 }
 
 // TestPostgresOwner checks a key prefix another APP_NAME owns is refused,
