@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -161,4 +162,57 @@ func TestTakenAhead(t *testing.T) {
 	}
 	release()
 	await(t, "all delivered", func() bool { return q.depth(t) == 0 && len(a.requests()) == n && delivering() == 0 })
+}
+
+// takesAtOnce is a queue that counts its Takes under way, and holds every
+// Take but the first until two are under way (or 10 s have passed).
+type takesAtOnce struct {
+	*diskQueue
+	mu              sync.Mutex
+	calls, underWay int
+	most            int
+	two             chan struct{} // closed once two are under way
+}
+
+func (q *takesAtOnce) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	q.mu.Lock()
+	q.calls++
+	first := q.calls == 1
+	q.underWay++
+	if q.underWay == 2 && q.most < 2 {
+		close(q.two)
+	}
+	q.most = max(q.most, q.underWay)
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		q.underWay--
+		q.mu.Unlock()
+	}()
+	if !first {
+		select {
+		case <-q.two:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return q.diskQueue.Take(ctx, lane, n, lease)
+}
+
+// TestTakesUnderWay: a lane has a second Take under way while the first
+// has not answered, so that a store slow to answer one (PostgreSQL, its
+// CPU shared among the enqueues' connections) does not hold the lane's
+// deliveries to what one Take brings at a time.
+func TestTakesUnderWay(t *testing.T) {
+	a := newApp(t, nil)
+	q := &takesAtOnce{diskQueue: newQueue(t), two: make(chan struct{})}
+	for i := range 20 {
+		q.enqueue(t, fmt.Sprint("k", i), webhookRequest("{}"))
+	}
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 2, PollInterval: time.Millisecond})
+	await(t, "two Takes under way at once", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.most == 2
+	})
+	await(t, "all delivered", func() bool { return q.depth(t) == 0 && len(a.requests()) == 20 })
 }
