@@ -34,7 +34,7 @@ type Config struct {
 
 	// Delivery and the async workers' settings (validated in completeDelivery).
 	Delivery             proxy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
-	DeliveryConcurrency  int                `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process, per async route (a route whose app hangs holds none of another's)"`
+	DeliveryConcurrency  int                `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process, per async route (a route whose app hangs holds none of another's), and as many more taken from the queue ahead of them, so that a worker goes on with the next at once"`
 	QueueMaxDepth        int                `env:"QUEUE_MAX_DEPTH" envDefault:"100000" desc:"events waiting for delivery from which a first-seen webhook of an async route is answered 503 queue-full with Retry-After (duplicates are still answered); checked by the store as it enqueues: exactly on DATA_DIR and Redis, on PostgreSQL up to what other replicas queued since this one last read the depth (docs/delivery.md); 0: no bound"`
 	AsyncStatus          int                `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
 	RetryInitialInterval time.Duration      `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`

@@ -196,10 +196,10 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 	return r, nil
 }
 
-// attempt delivers h's event once, in lane l, and settles it.
-func (w *Workers) attempt(ctx context.Context, l *lane, h *held) {
+// attempt delivers h's event once, in lane l, and settles it; probe says
+// that l's breaker let it out as its probe.
+func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool) {
 	d := h.use()
-	defer w.keep(ctx, h, l.label)()
 	ctx, span := w.startAttempt(ctx, d)
 	defer span.end()
 	start := w.cfg.Now()
@@ -225,7 +225,7 @@ func (w *Workers) attempt(ctx context.Context, l *lane, h *held) {
 	// timeout), is unanswered; one the app never saw, or that shutdown
 	// cut short, is not the app's to count.
 	if o.asked && ctx.Err() == nil {
-		switch opened, closed := l.breaker.record(o.status != 0, start, now); {
+		switch opened, closed := l.breaker.record(o.status != 0, probe, now); {
 		case opened:
 			w.log.Warn("the app does not answer: delivering one probe at a time, with growing pauses, until it does; queued events keep their place", zap.String("route", l.label), zap.Error(o.err))
 		case closed:

@@ -37,10 +37,9 @@ type breaker struct {
 	trip int
 
 	mu       sync.Mutex
-	failures int       // unanswered attempts in a row
-	open     bool      // the app is taken for down: probes only
-	openedAt time.Time // when it was last taken for down
-	probing  bool      // a probe is out
+	failures int  // unanswered attempts in a row
+	open     bool // the app is taken for down: probes only
+	probing  bool // a probe is out
 	pause    time.Duration
 	next     time.Time // when the next probe may go
 }
@@ -64,13 +63,13 @@ func (b *breaker) allow(free int, now time.Time) (n int, probe bool, wait time.D
 	return 1, true, 0
 }
 
-// record notes the outcome of an attempt sent at sent, answered being
-// whether the app answered it at all (any status), and reports whether
-// that opened the breaker or closed it. An attempt sent before the
-// breaker opened that goes unanswered after it did (one of those under
-// way when it opened) tells nothing new: it neither ends the probe out
-// nor lengthens the pause, so that the probes stay one at a time.
-func (b *breaker) record(answered bool, sent, now time.Time) (opened, closed bool) {
+// record notes an attempt's outcome, answered being whether the app
+// answered it at all (any status), and probe whether allow let it out as
+// the probe, and reports whether that opened the breaker or closed it.
+// While the breaker is open, only the probe's failure paces the next
+// probe: the deliveries taken ahead before it opened are attempted too,
+// and fail alike, but they are not probes.
+func (b *breaker) record(answered, probe bool, now time.Time) (opened, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if answered {
@@ -80,7 +79,7 @@ func (b *breaker) record(answered bool, sent, now time.Time) (opened, closed boo
 	}
 	b.failures++
 	if b.open {
-		if sent.Before(b.openedAt) {
+		if !probe {
 			return false, false
 		}
 		b.probing = false
@@ -89,7 +88,7 @@ func (b *breaker) record(answered bool, sent, now time.Time) (opened, closed boo
 		return false, false
 	}
 	if b.failures >= b.trip {
-		b.open, b.openedAt, b.pause = true, now, FirstProbePause
+		b.open, b.pause = true, FirstProbePause
 		b.next = now.Add(b.pause)
 		return true, false
 	}

@@ -125,19 +125,19 @@ func TestOurFailuresLeaveBreakerClosed(t *testing.T) {
 	}
 }
 
-// TestBreakerStragglers: attempts under way when the breaker opened,
-// which go unanswered after it did, neither end the probe out nor
-// lengthen the pause: the probes stay one at a time, paced from
-// FirstProbePause.
+// TestBreakerStragglers: attempts that are not the probe (under way when
+// the breaker opened, or taken ahead before it did) and go unanswered
+// after it opened neither end the probe out nor lengthen the pause: the
+// probes stay one at a time, paced from FirstProbePause.
 func TestBreakerStragglers(t *testing.T) {
 	b := breaker{trip: 2}
 	t0 := time.Now()
-	b.record(false, t0, t0)
-	if opened, _ := b.record(false, t0, t0.Add(time.Millisecond)); !opened {
+	b.record(false, false, t0)
+	if opened, _ := b.record(false, false, t0.Add(time.Millisecond)); !opened {
 		t.Fatal("two unanswered attempts in a row did not open the breaker (trip 2)")
 	}
 	opened := t0.Add(time.Millisecond)
-	b.record(false, t0, opened.Add(10*time.Millisecond)) // a straggler
+	b.record(false, false, opened.Add(10*time.Millisecond)) // a straggler
 	if n, _, wait := b.allow(4, opened.Add(10*time.Millisecond)); n != 0 || wait != FirstProbePause-10*time.Millisecond {
 		t.Fatalf("after a straggler: allow %d, wait %s; want none until the first probe, %s after opening", n, wait, FirstProbePause)
 	}
@@ -145,15 +145,15 @@ func TestBreakerStragglers(t *testing.T) {
 	if n, probe, _ := b.allow(4, probeAt); n != 1 || !probe {
 		t.Fatalf("at the first probe's time: allow %d, probe %v; want one probe", n, probe)
 	}
-	b.record(false, t0, probeAt.Add(time.Millisecond)) // another straggler, the probe out
+	b.record(false, false, probeAt.Add(time.Millisecond)) // another straggler, the probe out
 	if n, _, _ := b.allow(4, probeAt.Add(time.Second)); n != 0 {
 		t.Fatalf("a straggler let a second probe out beside the first")
 	}
-	b.record(false, probeAt, probeAt.Add(time.Millisecond)) // the probe, unanswered
+	b.record(false, true, probeAt.Add(time.Millisecond)) // the probe, unanswered
 	if n, _, wait := b.allow(4, probeAt.Add(time.Millisecond)); n != 0 || wait != 2*FirstProbePause {
 		t.Fatalf("after the first probe went unanswered: allow %d, wait %s; want none for %s", n, wait, 2*FirstProbePause)
 	}
-	if _, closed := b.record(true, probeAt, probeAt.Add(2*time.Millisecond)); !closed {
+	if _, closed := b.record(true, true, probeAt.Add(2*time.Millisecond)); !closed {
 		t.Fatal("an answer did not close the breaker")
 	}
 }

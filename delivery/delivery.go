@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -97,7 +98,9 @@ type Config struct {
 	// events of every other route (one no longer async, or queued
 	// without a route) share one more lane, with as many.
 	Routes []string
-	// Concurrency is the most attempts at once in each lane. If zero, 16.
+	// Concurrency is the most attempts at once in each lane, and how many
+	// more of its deliveries are taken ahead, waiting for an attempt to
+	// end (a worker goes on with the next at once). If zero, 16.
 	Concurrency int
 	// UpstreamTimeout bounds each attempt. If zero, 30s.
 	UpstreamTimeout time.Duration
@@ -267,7 +270,8 @@ func signal(ch chan struct{}) {
 }
 
 // Run delivers until ctx is done. Then it takes nothing more and returns;
-// the attempts under way go on until Drain. Run them once.
+// the attempts under way, and those of the deliveries taken ahead, go on
+// until Drain. Run them once.
 func (w *Workers) Run(ctx context.Context) error {
 	defer close(w.stopped)
 	var taking sync.WaitGroup
@@ -309,66 +313,142 @@ func (w *Workers) Drain(finish, exit context.Context) int {
 	}
 }
 
-// take hands l's due deliveries to attempts, as many at once as l has
-// slots, until ctx is done; running counts the attempts.
+// takers is how many Takes each lane has under way at most. With one, a
+// store whose server shares its CPU among its connections (PostgreSQL)
+// gave the lane's Takes one connection's share against the
+// DELIVERY_CONCURRENCY enqueues': the lane delivered what that one could
+// take (about 700 events/s on the bench's core, its workers idle
+// meanwhile) whatever the intake. With two, the lane kept 0.68–0.73 of
+// the intake there, against 0.49–0.59 (docs/performance.md, "Deliveries
+// taken ahead"); a second Take costs the other stores nothing measurable.
+const takers = 2
+
+// take delivers l's due deliveries until ctx is done: Concurrency
+// workers attempt them, and takers keep up to Concurrency more taken
+// ahead for them, so that a worker done with one goes on with the next
+// at once. Were the next taken only once a worker was free, each delivery
+// would wait for two store operations in turn (its Take and its outcome),
+// where an accept waits for one: under a saturating intake, with as many
+// enqueues at once as workers (proxy.Config.EnqueueConcurrency), delivery
+// kept a third to a half of the intake (docs/performance.md, "Delivery
+// during intake"). running counts the workers; once ctx is done they
+// attempt what was taken ahead, and end.
 func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.WaitGroup) {
-	slots := make(chan struct{}, w.cfg.Concurrency)
+	// taken hands the deliveries taken to the workers; a delivery's lease
+	// is kept from its Take on (keep), however long it waits here.
+	taken := make(chan job, w.cfg.Concurrency)
+	// held counts the deliveries taken and not yet settled, and those a
+	// Take under way may bring: at most Concurrency attempted and as many
+	// waiting.
+	var held atomic.Int64
+	for range w.cfg.Concurrency {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			for j := range taken {
+				w.cfg.Metrics.slots(l.label, 1)
+				probe := j.probe
+				for h := j.h; h != nil; h = w.holding.release(h) {
+					w.attempt(attemptCtx, l, h, probe)
+					probe = false
+				}
+				j.stop()
+				w.cfg.Metrics.slots(l.label, -1)
+				held.Add(-1)
+				signal(l.freed)
+			}
+		}()
+	}
+	t := taker{w: w, l: l, attemptCtx: attemptCtx, taken: taken, held: &held, most: int64(2 * w.cfg.Concurrency),
+		log: w.log.With(zap.String("route", l.label))}
+	var takes sync.WaitGroup
+	for range takers {
+		takes.Go(func() { t.run(ctx) })
+	}
+	takes.Wait()
+	close(taken)
+}
+
+// job is a delivery taken, on its way to a worker.
+type job struct {
+	h     *held
+	probe bool   // the breaker let it out as its probe
+	stop  func() // stops keeping its lease
+}
+
+// taker takes a lane's due deliveries and hands them to its workers; the
+// lane's takers share all but their timer.
+type taker struct {
+	w          *Workers
+	l          *lane
+	attemptCtx context.Context
+	taken      chan<- job
+	held       *atomic.Int64
+	most       int64
+	log        *zap.Logger
+	// failing is set while the store fails the Takes: the first error
+	// is logged, and the first success after it.
+	failing atomic.Bool
+}
+
+// reserve counts up to free more deliveries in held for a Take, and
+// returns how many; none when held is at most already.
+func (t *taker) reserve() int64 {
+	for {
+		h := t.held.Load()
+		free := t.most - h
+		if free <= 0 || t.held.CompareAndSwap(h, h+free) {
+			return max(free, 0)
+		}
+	}
+}
+
+// run takes until ctx is done.
+func (t *taker) run(ctx context.Context) {
+	w, l := t.w, t.l
 	poll := time.NewTimer(w.cfg.PollInterval)
 	defer poll.Stop()
-	failing := false // the store is failing: log the first error only
-	log := w.log.With(zap.String("route", l.label))
-
 	for ctx.Err() == nil {
-		free := cap(slots) - len(slots)
-		if free == 0 {
+		reserved := t.reserve()
+		if reserved == 0 {
 			select {
 			case <-ctx.Done():
 			case <-l.freed:
 			}
 			continue
 		}
-		free, probe, wait := l.breaker.allow(free, w.cfg.Now())
+		free, probe, wait := l.breaker.allow(int(reserved), w.cfg.Now())
 		if free == 0 {
+			t.held.Add(-reserved)
 			// The app is down: the next probe, or the one out, settles it.
-			t := time.NewTimer(wait)
+			tm := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 			case <-l.freed:
-			case <-t.C:
+			case <-tm.C:
 			}
-			t.Stop()
+			tm.Stop()
 			continue
 		}
 		ds, err := w.cfg.Queue.Take(ctx, l.from, free, w.cfg.Lease)
-		if err != nil && ctx.Err() == nil && !failing {
-			log.Error("taking queued deliveries failed: retrying at every poll", zap.Error(err))
+		switch was := t.failing.Swap(err != nil); {
+		case err != nil && !was && ctx.Err() == nil:
+			t.log.Error("taking queued deliveries failed: retrying at every poll", zap.Error(err))
+		case err == nil && was:
+			t.log.Info("taking queued deliveries works again")
 		}
-		if err == nil && failing {
-			log.Info("taking queued deliveries works again")
-		}
-		failing = err != nil
-		sent := 0
+		sent := int64(0)
 		for _, d := range ds {
 			h := w.holding.hold(d)
 			if h == nil {
 				continue // this process holds the event already: it goes on with d
 			}
 			sent++
-			slots <- struct{}{}
-			w.cfg.Metrics.slots(l.label, 1)
-			running.Add(1)
-			go func() {
-				defer func() {
-					<-slots
-					w.cfg.Metrics.slots(l.label, -1)
-					signal(l.freed)
-					running.Done()
-				}()
-				for h := h; h != nil; h = w.holding.release(h) {
-					w.attempt(attemptCtx, l, h)
-				}
-			}()
+			// Never blocks for long: with held at most 2·Concurrency, the
+			// channel is full only while a worker is on its way to it.
+			t.taken <- job{h: h, probe: probe, stop: w.keep(t.attemptCtx, h, l.label)}
 		}
+		t.held.Add(sent - reserved)
 		if probe && sent == 0 {
 			l.breaker.unused()
 		}

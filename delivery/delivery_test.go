@@ -517,6 +517,47 @@ func TestShutdown(t *testing.T) {
 			t.Errorf("Drain still waiting 10s after it began, on a store that does not answer; want it back at its exit deadline (200ms)")
 		}
 	})
+	t.Run("taken ahead, delivered within the timeout", func(t *testing.T) {
+		a := newApp(t, nil)
+		release := a.holdAll(t)
+		q := newQueue(t)
+		q.enqueue(t, "k1", webhookRequest("{}"))
+		q.enqueue(t, "k2", webhookRequest("{}"))
+		stop := runDraining(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 1}, time.Minute)
+		t.Cleanup(release) // before run's stop, should the test fail
+		await(t, "k1 at the app, k2 taken ahead", func() bool {
+			return a.inside.Load() == 1 && q.record(t, "k2").State == dedup.Delivering
+		})
+		stopped := make(chan struct{})
+		go func() { stop(); close(stopped) }()
+		release()
+		<-stopped
+		for _, k := range []string{"k1", "k2"} {
+			if rec := q.record(t, k); rec.State != dedup.Completed {
+				t.Errorf("%s: state %s after shutdown, want completed", k, rec.State)
+			}
+		}
+	})
+	t.Run("taken ahead, given back at the timeout", func(t *testing.T) {
+		a := newApp(t, nil)
+		a.holdAll(t) // until the test ends: the attempt must outlast the drain
+		q := newQueue(t)
+		q.enqueue(t, "k1", webhookRequest("{}"))
+		q.enqueue(t, "k2", webhookRequest("{}"))
+		stop := runDraining(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 1}, 20*time.Millisecond)
+		await(t, "k1 at the app, k2 taken ahead", func() bool {
+			return a.inside.Load() == 1 && q.record(t, "k2").State == dedup.Delivering
+		})
+		stop()
+		for _, k := range []string{"k1", "k2"} {
+			if rec := q.record(t, k); rec.State != dedup.Queued || rec.Delivery.NextAttemptAt.After(time.Now()) {
+				t.Errorf("%s: %s %+v after shutdown; want queued again, due now", k, rec.State, rec.Delivery)
+			}
+		}
+		if n := len(a.requests()); n != 1 {
+			t.Errorf("the app got %d requests, want k1's only: k2 was never attempted", n)
+		}
+	})
 	t.Run("attempt outlasts the timeout", func(t *testing.T) {
 		a := newApp(t, nil)
 		a.holdAll(t) // until the test ends: the attempt must outlast the drain

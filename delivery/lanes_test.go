@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -76,35 +77,148 @@ func TestRouteLanes(t *testing.T) {
 	}
 }
 
-// TestLeaseKept: an attempt that outlasts LEASE_TTL keeps its lease, so
-// that another worker sharing the queue (a replica) does not take the
-// event over and send it to the app a second time.
+// TestLeaseKept: a delivery keeps its lease for as long as this process
+// holds it, so that another worker sharing the queue (a replica) does not
+// take the event over and send it to the app a second time: while its
+// attempt outlasts LEASE_TTL, and while, taken ahead, it waits that long
+// for a worker.
 func TestLeaseKept(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events int // with one worker: the first attempted, the rest taken ahead
+	}{
+		{"an attempt outlasts the lease", 1},
+		{"a delivery taken ahead waits longer than the lease", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApp(t, nil)
+			release := a.holdAll(t)
+			q := newQueue(t)
+			for i := range tc.events {
+				q.enqueue(t, fmt.Sprint("k", i), webhookRequest(fmt.Sprintf(`{"id":"evt_%d"}`, i)))
+			}
+			// A renewal is a write to the disk, bounded by StoreTimeout;
+			// it starts a third of a lease after the one before ended, so
+			// a lease of twice StoreTimeout outlasts one that takes its
+			// whole bound. Shorter, the test failed by chance when a
+			// loaded machine's disk took more than two thirds of it.
+			const storeTimeout = time.Second
+			const lease = 2 * storeTimeout
+			cfg := Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 1, UpstreamTimeout: time.Minute, Lease: lease, StoreTimeout: storeTimeout, PollInterval: 20 * time.Millisecond}
+			run(t, cfg)
+			await(t, "the first attempt at the app, the other events taken ahead", func() bool {
+				for i := range tc.events {
+					if q.record(t, fmt.Sprint("k", i)).State != dedup.Delivering {
+						return false
+					}
+				}
+				return len(a.requests()) == 1
+			})
+			run(t, cfg) // the replica
+			t.Cleanup(release)
+			// Several leases pass while the app holds the attempt.
+			for start := time.Now(); time.Since(start) < 2*lease; time.Sleep(10 * time.Millisecond) {
+				if n := len(a.requests()); n > 1 {
+					t.Fatalf("the app got %d requests while the first attempt was still running", n)
+				}
+			}
+			release()
+			for i := range tc.events {
+				key := fmt.Sprint("k", i)
+				await(t, key+" completed", func() bool { return q.record(t, key).State == dedup.Completed })
+			}
+			if n := len(a.requests()); n != tc.events {
+				t.Errorf("the app got %d requests, want each of the %d events once", n, tc.events)
+			}
+		})
+	}
+}
+
+// TestTakenAhead: each lane keeps Concurrency deliveries taken ahead of
+// its Concurrency attempts, no more, so that a worker done with one goes
+// on with the next without waiting for a Take; all are delivered, each
+// once (TestConcurrencyBound: at most Concurrency at once at the app).
+func TestTakenAhead(t *testing.T) {
 	a := newApp(t, nil)
 	release := a.holdAll(t)
 	q := newQueue(t)
-	q.enqueue(t, "k1", webhookRequest(`{"id":"evt_1"}`))
-	// A renewal is a write to the disk, bounded by StoreTimeout (here
-	// STORE_TIMEOUT's default); it starts a third of a lease after the
-	// one before ended, so a lease of twice StoreTimeout outlasts one that
-	// takes its whole bound. Shorter, the test failed by chance when a
-	// loaded machine's disk took more than two thirds of it to write.
-	const storeTimeout = time.Second
-	const lease = 2 * storeTimeout
-	cfg := Config{Queue: q, Upstream: mustURL(t, a.URL), UpstreamTimeout: time.Minute, Lease: lease, StoreTimeout: storeTimeout, PollInterval: 20 * time.Millisecond}
-	run(t, cfg)
-	run(t, cfg) // the replica
-	t.Cleanup(release)
-	await(t, "the first attempt to reach the app", func() bool { return len(a.requests()) == 1 })
-	// Several leases pass while the app holds the attempt.
-	for start := time.Now(); time.Since(start) < 2*lease; time.Sleep(10 * time.Millisecond) {
-		if n := len(a.requests()); n > 1 {
-			t.Fatalf("the app got the event %d times while the first attempt was still running", n)
+	const n, concurrency = 10, 3
+	for i := range n {
+		q.enqueue(t, fmt.Sprint("k", i), webhookRequest("{}"))
+	}
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: concurrency, PollInterval: time.Millisecond})
+	t.Cleanup(release) // before run's stop, should the test fail
+	delivering := func() int {
+		held := 0
+		for i := range n {
+			if q.record(t, fmt.Sprint("k", i)).State == dedup.Delivering {
+				held++
+			}
+		}
+		return held
+	}
+	await(t, "the attempts at the app and the deliveries taken ahead", func() bool {
+		return a.inside.Load() == concurrency && delivering() == 2*concurrency
+	})
+	// Polls pass: nothing more is taken while the workers are busy.
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+		if got := delivering(); got != 2*concurrency {
+			t.Fatalf("%d deliveries held with %d attempts running, want %d: as many more taken ahead", got, concurrency, 2*concurrency)
 		}
 	}
 	release()
-	await(t, "completion", func() bool { return q.record(t, "k1").State == dedup.Completed })
-	if n := len(a.requests()); n != 1 {
-		t.Errorf("the app got the event %d times, want once", n)
+	await(t, "all delivered", func() bool { return q.depth(t) == 0 && len(a.requests()) == n && delivering() == 0 })
+}
+
+// takesAtOnce is a queue that counts its Takes under way, and holds every
+// Take but the first until two are under way (or 10 s have passed).
+type takesAtOnce struct {
+	*diskQueue
+	mu              sync.Mutex
+	calls, underWay int
+	most            int
+	two             chan struct{} // closed once two are under way
+}
+
+func (q *takesAtOnce) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
+	q.mu.Lock()
+	q.calls++
+	first := q.calls == 1
+	q.underWay++
+	if q.underWay == 2 && q.most < 2 {
+		close(q.two)
 	}
+	q.most = max(q.most, q.underWay)
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		q.underWay--
+		q.mu.Unlock()
+	}()
+	if !first {
+		select {
+		case <-q.two:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return q.diskQueue.Take(ctx, lane, n, lease)
+}
+
+// TestTakesUnderWay: a lane has a second Take under way while the first
+// has not answered, so that a store slow to answer one (PostgreSQL, its
+// CPU shared among the enqueues' connections) does not hold the lane's
+// deliveries to what one Take brings at a time.
+func TestTakesUnderWay(t *testing.T) {
+	a := newApp(t, nil)
+	q := &takesAtOnce{diskQueue: newQueue(t), two: make(chan struct{})}
+	for i := range 20 {
+		q.enqueue(t, fmt.Sprint("k", i), webhookRequest("{}"))
+	}
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), Concurrency: 2, PollInterval: time.Millisecond})
+	await(t, "two Takes under way at once", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.most == 2
+	})
+	await(t, "all delivered", func() bool { return q.depth(t) == 0 && len(a.requests()) == 20 })
 }

@@ -140,9 +140,10 @@ func (w *Workers) write(ctx context.Context, h *held, op func(context.Context, d
 }
 
 // keep renews h's lease, a third of it before it would run out, until
-// the returned stop is called: an attempt that takes long, or an outcome
-// the store is slow to take, is not taken over by another worker, which
-// would deliver the event a second time. Only a process that dies (or
+// the returned stop is called: a delivery taken ahead that waits for a
+// worker, an attempt that takes long, or an outcome the store is slow to
+// take, is not taken over by another worker, which would deliver the
+// event a second time. Only a process that dies (or
 // loses the store for a whole lease) lets its deliveries be taken over.
 // A failed renewal is tried again at the next turn; the outcome's own
 // write says what matters.

@@ -87,11 +87,12 @@ const (
 // mostAttempts is how many attempts the breaker lets reach a dead app
 // within d of the first event queued: the trip unanswered attempts that
 // open it, those still under way when it opened (a slot each, but the
-// trip's own), and then the probes, one at a time, the first
+// trip's own), those taken ahead for the slots by then (as many as the
+// slots), and then the probes, one at a time, the first
 // asyncdelivery.FirstProbePause after it opened and each one after a pause
 // twice the last, up to asyncdelivery.MaxProbePause.
 func mostAttempts(d time.Duration) int {
-	n := asyncdelivery.Trip(deadConcurrency) + deadConcurrency - 1
+	n := asyncdelivery.Trip(deadConcurrency) + 2*deadConcurrency - 1
 	pause, at := asyncdelivery.FirstProbePause, asyncdelivery.FirstProbePause
 	for at <= d {
 		n++

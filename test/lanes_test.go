@@ -113,13 +113,14 @@ func TestAsyncRouteLanes(t *testing.T) {
 // proxy answers, do not starve the delivery workers, on every durable
 // store: the app keeps receiving events while they send. Before the
 // enqueue gate, 5% of what was accepted reached the app meanwhile on
-// DATA_DIR, all the rest only after the senders stopped; with the gate,
-// a third to a half (each delivery waits for a Take and a settle, an
-// accept for one enqueue). The
+// DATA_DIR, all the rest only after the senders stopped; with the gate
+// alone, a third (each delivery waited for a Take and a settle, an accept
+// for one enqueue); with the next deliveries taken ahead, most of it. The
 // ratio is logged, not asserted (docs/performance.md measures it on a
 // quiet machine): on a loaded one it moves with what else runs. The floor
-// asserts progress only, at a tenth of the worst ratio measured under
-// load, so that only starvation fails it.
+// asserts progress only, at a third of the worst ratio measured under
+// load with the race detector (0.31) and above what the proxy without the
+// enqueue gate leaves (0.07–0.08), so that only starvation fails it.
 func TestAsyncDeliveryDuringIntake(t *testing.T) {
 	t.Parallel()
 	// The senders send for at least lasting and until minAccepted events

@@ -16,9 +16,10 @@ import (
 // is kept; a copy of an accepted event is still answered 200 duplicate.
 //
 // Each shape below runs on each store it names, with QUEUE_MAX_DEPTH=20,
-// one delivery slot per route and proxy, and an app that holds every
-// request it gets: the slots are filled first, so that nothing more leaves
-// the queue while the 40 events of the shape arrive.
+// one delivery slot per route and proxy (and one delivery taken ahead for
+// it), and an app that holds every request it gets: the slots and what is
+// taken ahead are filled first, so that nothing more leaves the queue
+// while the 40 events of the shape arrive.
 //
 //	shape              how the 40 first-seen events arrive          stores                               202s
 //	one after another  each sent once the one before was answered   DATA_DIR, Redis, Redis Cluster, PG   20
@@ -92,15 +93,21 @@ func queueMaxDepthRun(t *testing.T, st asyncStore, rs []provider, proxies int, b
 	t.Cleanup(hold) // before the proxies stop: they would wait for the app
 	ctx, client := testContext(t), newClient(t)
 
-	// Fill every delivery slot: one event per route for each proxy's
-	// workers, held by the app.
+	// Fill every delivery slot, and what the workers take ahead of it:
+	// two events per route for each proxy's workers, one held by the app,
+	// one taken, waiting for it.
 	slots := 2 * proxies
-	for i := range proxies {
+	for i := range 2 * proxies {
 		for _, p := range []provider{acme, jsonPath} {
 			expect(t, "an event to fill a delivery slot", mustSend(t, ctx, client, pxs[0], p, p.Event(1000+i)), 202, "queued")
 		}
 	}
 	awaitHeld(t, app, slots)
+	for i := range 2 * proxies {
+		for _, p := range []provider{acme, jsonPath} {
+			pxs[0].awaitState(t, p, p.Event(1000+i).ID, "delivering", 15*time.Second)
+		}
+	}
 
 	// The first event of the run waits in the queue; once every proxy's
 	// gauge shows it, each has read the depth since the slots filled.
