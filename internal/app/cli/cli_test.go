@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
-	"github.com/webhook-dedup/webhook-dedup/internal/serve"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/serve"
 )
 
 // run is Run as a binary built without version stamps runs it.

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
-	"github.com/webhook-dedup/webhook-dedup/internal/serve"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/serve"
 )
 
 // ExitCode is the exit status for err, Run's error: 0 for none, 2 for a

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
-	"github.com/webhook-dedup/webhook-dedup/internal/serve"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/serve"
 )
 
 // check validates the configuration in environ as serve would before it

@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
-	"github.com/webhook-dedup/webhook-dedup/internal/stores"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/stores"
 )
 
 // migrate creates what the configured store needs before serving (a

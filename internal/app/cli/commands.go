@@ -21,8 +21,8 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
-	"github.com/webhook-dedup/webhook-dedup/internal/serve"
-	"github.com/webhook-dedup/webhook-dedup/internal/stores"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/serve"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/stores"
 	"go.uber.org/zap"
 )
 
