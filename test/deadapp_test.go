@@ -13,7 +13,7 @@ import (
 	"time"
 
 	asyncdelivery "github.com/webhook-dedup/webhook-dedup/delivery"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // deadShape is one way an app fails to answer: a connection handled by

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/dynamotest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/dynamotest"
 )
 
 // dynamoDBEnv is the configuration of a proxy on table in srv: the table

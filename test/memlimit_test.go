@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // The bound the memory test holds the process to: MAX_BUFFERED_BYTES, and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // procBytes reads a field of /proc/PID/status that is a size in kB (VmRSS,

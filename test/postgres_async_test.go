@@ -3,7 +3,7 @@ package test
 import (
 	"testing"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
 // pgStore is PostgreSQL for the async runs: a database of its own on the

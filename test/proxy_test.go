@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // Bounds on waiting for the process. They are deadlines, not sleeps: each

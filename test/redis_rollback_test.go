@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // TestRedisRollbackDetected: Redis restored from a snapshot taken a few

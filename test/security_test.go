@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // securityEnv verifies Stripe, GitHub and Standard Webhooks signatures, on

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/dynamotest"
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/dynamotest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // storeHang is one shape of a store that stops answering while the proxy

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // variantRequest is one signed attempt of ev by p, sent with method to

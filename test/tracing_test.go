@@ -9,7 +9,7 @@ import (
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/otlptest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/otlptest"
 )
 
 // traceApp is an app that answers 200 and records the traceparent each

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 func TestMigratePrint(t *testing.T) {

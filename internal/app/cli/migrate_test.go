@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/dynamotest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/dynamotest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // migrate creates the DynamoDB table, then finds it; dynalite's missing

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/otlptest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/otlptest"
 )
 
 func TestTracingOn(t *testing.T) {
