@@ -1,5 +1,5 @@
 // Package pgtest runs real PostgreSQL servers for tests, on free loopback
-// ports with throw-away data directories, as internal/redistest runs
+// ports with throw-away data directories, as internal/testenv/redistest runs
 // redis-server: one server a test package shares (Shared, started by the
 // first test that needs it), or one a test owns and may stop and start
 // (New).
