@@ -37,7 +37,7 @@ test: deps
 		(cd $$mod && $(GO) test -race -count=1 ./...) || exit 1; \
 	done
 
-# The fault matrix (test/faults_test.go) run long, by hand: five times
+# The fault matrix (test/store_faults_test.go) run long, by hand: five times
 # the events of each cell and a fault four times as long (FAULT_SOAK=1).
 # `make test` runs the same matrix short.
 soak: deps

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/cli"
-	"github.com/webhook-dedup/webhook-dedup/internal/serve"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/cli"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/serve"
 )
 
 // versionFile is the VERSION file: the semantic version of this source

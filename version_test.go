@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/serve"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/serve"
 )
 
 // semver is a semantic version: X.Y.Z, with a pre-release after '-'.

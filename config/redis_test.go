@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 func TestRedisModes(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // asyncStore is a store async delivery runs on, as the tests set it up.

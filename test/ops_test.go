@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 const adminToken = "e2e-admin-token-5b1c"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // TestAsyncRecordedThroughRedisKill: Redis is SIGKILLed (append-only file,

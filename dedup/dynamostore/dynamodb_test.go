@@ -20,7 +20,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
-	"github.com/webhook-dedup/webhook-dedup/internal/dynamotest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/dynamotest"
 )
 
 var (

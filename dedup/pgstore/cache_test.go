@@ -12,7 +12,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
 // clock is a settable clock for the cache's TTL.

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
 // postgres is the PostgreSQL server this package's tests share (each test

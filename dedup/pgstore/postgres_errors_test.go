@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
 // report is one thing the store told its Failed or Recovered.

@@ -16,7 +16,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/pgstore/pgname"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
 // openPostgres opens a store on a fresh database of srv (nil: the shared

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // BenchmarkRedisWait measures what REDIS_WAIT_REPLICAS costs a first-seen

@@ -18,7 +18,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // open is OpenRedis that fails the test on error and closes the store at

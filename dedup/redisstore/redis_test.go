@@ -18,7 +18,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/storeop"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // Every kind of go-redis client fits Client.

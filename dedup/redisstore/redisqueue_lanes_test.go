@@ -13,7 +13,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // The previous version's scripts, as it ran them: what it leaves in Redis

@@ -12,7 +12,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // TestRedisQueueLostTakeReply stops Redis (SIGSTOP) while a Take's

@@ -1,6 +1,6 @@
 // Package tracing is what the proxy, the delivery workers and the
 // composition root share of OpenTelemetry tracing, on the API alone (the
-// SDK is set up in internal/serve): the attribute names of webhook spans,
+// SDK is set up in internal/app/serve): the attribute names of webhook spans,
 // the W3C traceparent a queued request keeps, the spans around the store's
 // operations (Backend) and around each request to the app, which carries
 // the trace on to the app (Transport).

@@ -18,7 +18,7 @@
 //	HOOKAIDO_SRC=/path/to/hookaido-src go run ./test/bench   # built with go build ./cmd/hookaido
 //
 // test/bench/run.sh installs wrk, nginx, redis-server and PostgreSQL first
-// when missing. PostgreSQL is started as the tests start it (internal/pgtest),
+// when missing. PostgreSQL is started as the tests start it (internal/testenv/pgtest),
 // with fsync off, or as deployed on the rows named fsync=on. Without
 // HOOKAIDO_BIN or HOOKAIDO_SRC, Hookaido's rows are skipped, and the report
 // says so; nothing is downloaded.

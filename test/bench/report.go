@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
 // machine is what the report says about where it ran.

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/internal/pgtest"
-	"github.com/webhook-dedup/webhook-dedup/internal/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // server is what a configuration puts in front of wrk.

@@ -1,0 +1,30 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/webhook-dedup/webhook-dedup/config"
+	"github.com/webhook-dedup/webhook-dedup/internal/app/stores"
+)
+
+// migrate creates what the configured store needs before serving (a
+// table, or PostgreSQL's tables), for an operator or an init container.
+// `migrate --print` prints PostgreSQL's SQL instead, for DBAs who apply
+// migrations themselves; the database is not contacted.
+func migrate(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
+	printOnly := false
+	switch {
+	case len(args) == 1 && args[0] == "--print":
+		printOnly = true
+	case len(args) > 0:
+		return usageError(errors.New("usage: webhook-dedup migrate [--print]"))
+	}
+	cfg, err := config.LoadForStore(environ)
+	if err != nil {
+		return usageError(fmt.Errorf("configuration:\n%w", err))
+	}
+	return stores.Migrate(ctx, cfg, printOnly, stdout, stderr)
+}
