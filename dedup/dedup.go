@@ -1,5 +1,8 @@
-// Package dedup keeps the record of which webhook events were claimed and
-// completed, in Redis or in process memory, with one atomic step per operation.
+// Package dedup is the contract of the stores that keep the record of which
+// webhook events were claimed and completed (and, for async routes, the
+// queue of their deliveries): the Store and Queue interfaces each store
+// package implements with one atomic step per operation, the records they
+// return, and the Backend through which a store declares what it can do.
 package dedup
 
 import (
