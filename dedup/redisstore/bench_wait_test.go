@@ -1,9 +1,10 @@
 package redisstore
 
 import (
-	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 	"strconv"
 	"testing"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )

@@ -4,11 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 
 	"github.com/redis/go-redis/v9"
 

@@ -135,7 +135,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := New(client)
+	s := newStore(client)
 	s.queue = newQueueKeys(cfg.KeyPrefix)
 	if cfg.Logger != nil {
 		s.log = cfg.Logger
@@ -154,22 +154,17 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.WaitReplicas > 0 {
 		s.opTimeout += s.waitTimeout
 	}
-	// One server, and no WAIT (which needs each write's own connection):
-	// scripts share round trips while others are in flight.
-	if c, ok := client.(*redis.Client); ok && cfg.URL != "" && cfg.WaitReplicas == 0 {
-		p, err := newPipelined(c)
-		if err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		s.scripts = p
+	if s.scripts, err = client.scripter(cfg.WaitReplicas > 0); err != nil {
+		_ = client.Close()
+		return nil, err
 	}
 	return s, nil
 }
 
 // newClient builds the go-redis client for cfg's mode: a *redis.Client for
-// one server or through Sentinels, a *redis.ClusterClient for a cluster.
-func newClient(cfg Config) (Client, error) {
+// one server or through Sentinels, a *redis.ClusterClient for a cluster;
+// each as the topology the store asks what differs between them.
+func newClient(cfg Config) (topology, error) {
 	modes := 0
 	for _, set := range []bool{cfg.URL != "", len(cfg.ClusterAddrs) > 0, len(cfg.SentinelAddrs) > 0} {
 		if set {
@@ -182,7 +177,11 @@ func newClient(cfg Config) (Client, error) {
 	case modes > 1:
 		return nil, errors.New("dedup: more than one of a URL, cluster addresses and Sentinel addresses")
 	case cfg.URL != "":
-		return newURLClient(cfg)
+		c, err := newURLClient(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return server{Client: c, direct: true}, nil
 	}
 	addrs := cfg.ClusterAddrs
 	if len(addrs) == 0 {
@@ -203,7 +202,7 @@ func newClient(cfg Config) (Client, error) {
 	pool := orDefault(cfg.PoolSize, 10*runtime.GOMAXPROCS(0))
 	timeout := orDefault(cfg.Timeout, defaultTimeout)
 	if len(cfg.ClusterAddrs) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{
+		return cluster{redis.NewClusterClient(&redis.ClusterOptions{
 			// A copy: go-redis appends the nodes it discovers to Addrs,
 			// which would write into the caller's array (and race with
 			// any other client made from it).
@@ -219,12 +218,12 @@ func newClient(cfg Config) (Client, error) {
 			DialerRetries:            1,
 			ContextTimeoutEnabled:    true,
 			MaintNotificationsConfig: noMaintNotifications(),
-		}), nil
+		})}, nil
 	}
 	if cfg.SentinelMaster == "" {
 		return nil, errors.New("dedup: Sentinel addresses without a master name")
 	}
-	return redis.NewFailoverClient(&redis.FailoverOptions{
+	return server{Client: redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:       cfg.SentinelMaster,
 		SentinelAddrs:    slices.Clone(cfg.SentinelAddrs),
 		SentinelUsername: cfg.SentinelUsername, SentinelPassword: cfg.SentinelPassword,
@@ -236,11 +235,11 @@ func newClient(cfg Config) (Client, error) {
 		MaxRetries:            noRetries,
 		DialerRetries:         1,
 		ContextTimeoutEnabled: true,
-	}), nil
+	})}, nil
 }
 
 // newURLClient is the client for one server named by a URL.
-func newURLClient(cfg Config) (Client, error) {
+func newURLClient(cfg Config) (*redis.Client, error) {
 	// Checked before parsing so an unparseable URL is not echoed back: it
 	// may carry a password.
 	scheme, _, _ := strings.Cut(cfg.URL, "://")

@@ -83,8 +83,8 @@ func TestRedisCluster(t *testing.T) {
 	})
 	t.Run("client kind", func(t *testing.T) {
 		s := open(t, Config{ClusterAddrs: seeds})
-		if _, ok := s.client.(*redis.ClusterClient); !ok {
-			t.Errorf("cluster addresses gave a %T, want *redis.ClusterClient", s.client)
+		if _, ok := s.client.(cluster); !ok {
+			t.Errorf("cluster addresses gave a %T, want a cluster", s.client)
 		}
 	})
 	// Last: it stops a replica.
@@ -403,14 +403,14 @@ func TestOpenRedisModeDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
-		options func(Client) (dial, read, write time.Duration, pool int, ctxTimeout bool)
+		options func(topology) (dial, read, write time.Duration, pool int, ctxTimeout bool)
 	}{
-		{"cluster", Config{ClusterAddrs: []string{"127.0.0.1:7000"}}, func(c Client) (time.Duration, time.Duration, time.Duration, int, bool) {
-			o := c.(*redis.ClusterClient).Options()
+		{"cluster", Config{ClusterAddrs: []string{"127.0.0.1:7000"}}, func(c topology) (time.Duration, time.Duration, time.Duration, int, bool) {
+			o := c.(cluster).Options()
 			return o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolSize, o.ContextTimeoutEnabled
 		}},
-		{"sentinel", Config{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, func(c Client) (time.Duration, time.Duration, time.Duration, int, bool) {
-			o := c.(*redis.Client).Options()
+		{"sentinel", Config{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, func(c topology) (time.Duration, time.Duration, time.Duration, int, bool) {
+			o := c.(server).Options()
 			return o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolSize, o.ContextTimeoutEnabled
 		}},
 	} {
@@ -437,16 +437,16 @@ func TestOpenRedisNoMaintNotifications(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		mode func(Client) maintnotifications.Mode
+		mode func(topology) maintnotifications.Mode
 	}{
-		{"URL", Config{URL: "redis://127.0.0.1:6379"}, func(c Client) maintnotifications.Mode {
-			return c.(*redis.Client).Options().MaintNotificationsConfig.Mode
+		{"URL", Config{URL: "redis://127.0.0.1:6379"}, func(c topology) maintnotifications.Mode {
+			return c.(server).Options().MaintNotificationsConfig.Mode
 		}},
-		{"cluster", Config{ClusterAddrs: []string{"127.0.0.1:7000"}}, func(c Client) maintnotifications.Mode {
-			return c.(*redis.ClusterClient).Options().MaintNotificationsConfig.Mode
+		{"cluster", Config{ClusterAddrs: []string{"127.0.0.1:7000"}}, func(c topology) maintnotifications.Mode {
+			return c.(cluster).Options().MaintNotificationsConfig.Mode
 		}},
-		{"sentinel", Config{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, func(c Client) maintnotifications.Mode {
-			return c.(*redis.Client).Options().MaintNotificationsConfig.Mode
+		{"sentinel", Config{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, func(c topology) maintnotifications.Mode {
+			return c.(server).Options().MaintNotificationsConfig.Mode
 		}},
 	} {
 		if got := tc.mode(open(t, tc.cfg).client); got != maintnotifications.ModeDisabled {

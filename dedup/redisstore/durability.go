@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -61,19 +60,9 @@ func (d Durability) String() string {
 // Redis could not be asked; a refused CONFIG GET is a verdict (Readable
 // false), not an error.
 func (s *Store) CheckDurability(ctx context.Context) (Durability, error) {
-	nodes := []Client{s.client}
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		nodes = nil
-		var mu sync.Mutex // ForEachMaster calls at once
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			nodes = append(nodes, c)
-			return nil
-		})
-		if err != nil {
-			return Durability{}, fmt.Errorf("dedup: check durability: %w", err)
-		}
+	nodes, err := s.client.masters(ctx)
+	if err != nil {
+		return Durability{}, fmt.Errorf("dedup: check durability: %w", err)
 	}
 	d := Durability{Readable: true}
 	for _, n := range nodes {

@@ -96,34 +96,22 @@ type infoer interface {
 func (s *Store) Info(ctx context.Context) ([]ServerInfo, error) {
 	octx, cancel := s.bound(ctx)
 	defer cancel()
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		var infos []ServerInfo
-		err := cc.ForEachMaster(octx, func(ctx context.Context, c *redis.Client) error {
-			info, err := readInfo(ctx, c, c.Options().Addr)
-			mu.Lock()
-			defer mu.Unlock()
-			infos = append(infos, info)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("dedup: redis INFO: %w", err)
-		}
-		return infos, nil
-	}
-	c, ok := s.client.(infoer)
-	if !ok {
-		return nil, fmt.Errorf("dedup: redis INFO: %T cannot send it", s.client)
-	}
-	addr := ""
-	if rc, ok := s.client.(*redis.Client); ok {
-		addr = rc.Options().Addr
-	}
-	info, err := readInfo(octx, c, addr)
+	masters, err := s.client.masters(octx)
 	if err != nil {
 		return nil, fmt.Errorf("dedup: redis INFO: %w", err)
 	}
-	return []ServerInfo{info}, nil
+	// Asked at once, as a cluster's masters are independent servers.
+	infos := make([]ServerInfo, len(masters))
+	errs := make([]error, len(masters))
+	var wg sync.WaitGroup
+	for i, m := range masters {
+		wg.Go(func() { infos[i], errs[i] = readInfo(octx, m, m.Options().Addr) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("dedup: redis INFO: %w", err)
+	}
+	return infos, nil
 }
 
 // readInfo sends INFO (the default sections: Redis before 7 takes one

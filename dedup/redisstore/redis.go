@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -40,9 +39,9 @@ var (
 	lookupScript         = redis.NewScript(lookupLua)
 )
 
-// Client is what the Redis store needs from go-redis. *redis.Client (also
-// from redis.NewFailoverClient), *redis.ClusterClient, *redis.Ring and
-// redis.UniversalClient all satisfy it.
+// Client is what the Redis store sends its commands through, whichever
+// its topology: *redis.Client (also from redis.NewFailoverClient) and
+// *redis.ClusterClient satisfy it.
 type Client interface {
 	redis.Scripter
 	Ping(ctx context.Context) *redis.StatusCmd
@@ -52,10 +51,12 @@ type Client interface {
 // Store is a store kept in Redis: one key per event ID, written and read
 // with single-key commands and scripts. It is safe for concurrent use.
 type Store struct {
-	client Client
+	// client is the client of the topology Open found (one server or a
+	// cluster): what differs between them is asked of it.
+	client topology
 	// scripts runs the scripts: client, or the batching wrapper of
 	// a standalone client (see pipelined).
-	scripts redis.Scripter
+	scripts Client
 	// waitReplicas is how many replicas must acknowledge a claim or a
 	// completion; zero: no WAIT.
 	waitReplicas int
@@ -101,22 +102,17 @@ type Store struct {
 	aof     bool
 }
 
-// New returns a store that uses c, with its async queue named under
+// newStore returns a store that uses c, with its async queue named under
 // the hash tag {webhook-dedup}. Close closes c.
-func New(c Client) *Store {
+func newStore(c topology) *Store {
 	return &Store{
 		client: c, scripts: c, completeFlagged: completeScript, lateReleases: make(chan struct{}, maxLateReleases),
 		queue: newQueueKeys(""), consumer: consumerName(), log: zap.NewNop(),
 	}
 }
 
-// Close closes the client, if it can be closed.
-func (s *Store) Close() error {
-	if c, ok := s.client.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
+// Close closes the client.
+func (s *Store) Close() error { return s.client.Close() }
 
 // Claim takes key for lease if no record holds it, in one round trip (two
 // with WaitReplicas). If the key is free it returns the new Claim and a
@@ -155,7 +151,7 @@ func (s *Store) claim(ctx context.Context, key string, lease time.Duration) (c d
 	var v any
 	octx, cancel := s.bound(ctx)
 	defer cancel()
-	err = s.onMaster(octx, key, func(c redis.Scripter, replicate func() error) error {
+	err = s.onMaster(octx, key, func(c Client, replicate func() error) error {
 		var err error
 		v, err = claimScript.Run(octx, c, []string{key}, value, storeop.Millis(lease)).Result()
 		if err != nil || !won(v) {
@@ -213,7 +209,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, t
 	err = storeop.Retry(ctx, transient, func(ctx context.Context) error {
 		octx, cancel := s.bound(ctx)
 		defer cancel()
-		err := s.onMaster(octx, c.Key, func(conn redis.Scripter, replicate func() error) error {
+		err := s.onMaster(octx, c.Key, func(conn Client, replicate func() error) error {
 			n, err := s.complete(octx, conn, c.Key, codec.OwnerPrefix(tok), value, storeop.Millis(ttl))
 			if err != nil {
 				return err
@@ -461,11 +457,11 @@ func ttlOf(pttl int64) time.Duration {
 // pool of key's master: on a cluster, the node serving key's slot, asked
 // directly, as WAIT cannot be routed by key. Without WaitReplicas, f gets
 // the shared client and replicate does nothing.
-func (s *Store) onMaster(ctx context.Context, key string, f func(c redis.Scripter, replicate func() error) error) error {
+func (s *Store) onMaster(ctx context.Context, key string, f func(c Client, replicate func() error) error) error {
 	if s.waitReplicas == 0 {
 		return f(s.scripts, func() error { return nil })
 	}
-	node, err := s.master(ctx, key)
+	node, err := s.client.master(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -481,24 +477,10 @@ func (s *Store) onMaster(ctx context.Context, key string, f func(c redis.Scripte
 		}
 		return nil
 	})
-	if cc, ok := s.client.(*redis.ClusterClient); ok && err != nil && !errors.Is(err, ErrNotReplicated) && !errors.Is(err, dedup.ErrNotOwner) {
-		// The node may be down or no longer serve the slot: look again
-		// (in the background) before the next call.
-		cc.ReloadState(ctx)
+	if err != nil && !errors.Is(err, ErrNotReplicated) && !errors.Is(err, dedup.ErrNotOwner) {
+		s.client.failed(ctx)
 	}
 	return err
-}
-
-// master is the client of the master that holds key.
-func (s *Store) master(ctx context.Context, key string) (*redis.Client, error) {
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		return c.MasterForKey(ctx, key)
-	case *redis.Client:
-		return c, nil
-	default:
-		return nil, fmt.Errorf("dedup: waiting for replicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
-	}
 }
 
 // errAttemptTimedOut marks an attempt cut short by opTimeout while its

@@ -21,12 +21,10 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
-// Every kind of go-redis client fits Client.
+// Each topology's client fits Client.
 var (
 	_ Client = (*redis.Client)(nil)
 	_ Client = (*redis.ClusterClient)(nil)
-	_ Client = (*redis.Ring)(nil)
-	_ Client = redis.UniversalClient(nil)
 )
 
 func openRedis(t testing.TB, srv *redistest.Server) *Store {
@@ -127,7 +125,7 @@ func TestOpenRedisDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			opt := s.client.(*redis.Client).Options()
+			opt := s.client.(server).Options()
 			if opt.DialTimeout != tc.dial || opt.ReadTimeout != tc.read || opt.PoolSize < tc.minPoolSize {
 				t.Errorf("DialTimeout %s, ReadTimeout %s, PoolSize %d; want %s, %s, at least %d",
 					opt.DialTimeout, opt.ReadTimeout, opt.PoolSize, tc.dial, tc.read, tc.minPoolSize)

@@ -229,7 +229,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 	qtok := hex.EncodeToString(tok[:])
 	payload := codec.EncodeRequest(req)
 	var answer any
-	err = s.onMaster(ctx, s.queue.open, func(c redis.Scripter, replicate func() error) error {
+	err = s.onMaster(ctx, s.queue.open, func(c Client, replicate func() error) error {
 		var err error
 		answer, err = queueEnqueueScript.Run(ctx, c, []string{s.queue.record(key), s.queue.request(key), s.queue.open},
 			key, payload, qtok, req.Route, s.queue.tag, queueGroup, max(maxDepth, 0)).Result()
@@ -270,13 +270,14 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 
 // replicateQueued waits for what WaitReplicas asks: on Redis 7.2 and later
 // with appendonly on, first for the master's fsync (WAITAOF 1 0), then for
-// the replicas (WAIT).
-func (s *Store) replicateQueued(ctx context.Context, c redis.Scripter, replicate func() error) error {
+// the replicas (WAIT). c is the master's connection onMaster gave, the one
+// the write went through.
+func (s *Store) replicateQueued(ctx context.Context, c Client, replicate func() error) error {
 	if s.waitReplicas == 0 {
 		return nil
 	}
-	if conn, ok := c.(*redis.Conn); ok && s.waitAOF(ctx) {
-		n, err := conn.Do(ctx, "WAITAOF", 1, 0, storeop.Millis(s.waitTimeout)).Slice()
+	if s.waitAOF(ctx) {
+		n, err := c.Do(ctx, "WAITAOF", 1, 0, storeop.Millis(s.waitTimeout)).Slice()
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,7 @@ type ClusterConfig struct {
 // Cluster is a Redis Cluster built with `redis-cli --cluster create`.
 type Cluster struct {
 	// Nodes are every node, masters first as created; roles change with
-	// failovers (see Masters and MasterOf).
+	// failovers (see MasterOf).
 	Nodes []*Server
 
 	t testing.TB
@@ -170,23 +170,6 @@ func slotRanges(ctx context.Context, rc *redis.Client) ([]slotRange, error) {
 		}
 	}
 	return ranges, nil
-}
-
-// Masters are the nodes serving slots now, as a running node sees it.
-func (c *Cluster) Masters(ctx context.Context) ([]*Server, error) {
-	slots, err := c.slots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var masters []*Server
-	seen := map[*Server]bool{}
-	for _, sl := range slots {
-		if s := c.node(sl.master); s != nil && !seen[s] {
-			seen[s] = true
-			masters = append(masters, s)
-		}
-	}
-	return masters, nil
 }
 
 // MasterOf is the node serving key's slot now, as a running node sees it.
