@@ -17,6 +17,9 @@ STATICCHECK_VERSION := v0.8.2
 # kustomize renders k8s/ in its tests. Debian's kubectl (1.20) is too old;
 # v5.8.3 needs Go 1.27, so v5.8.2.
 KUSTOMIZE_VERSION := v5.8.2
+# helm renders and lints charts/ in k8s/'s tests; building it takes minutes
+# on two cores, so it is installed only when missing.
+HELM_VERSION       := v4.3.2
 DYNALITE_VERSION  := 4.0.0
 
 .PHONY: build test deps lint fuzz ci bench soak
@@ -46,7 +49,7 @@ soak: deps
 # What the tests run for real: redis-server and PostgreSQL (Debian; the
 # tests run initdb and postgres themselves, as an unprivileged user when
 # root), dynalite (npm: a DynamoDB on LevelDB; version 4 needs Node.js 20
-# or later) and kustomize (Go).
+# or later), kustomize and helm (Go).
 deps:
 	@command -v dynalite >/dev/null || { \
 	  command -v npm >/dev/null || { echo "dynalite needs Node.js 20 or later and npm: install them (apt-get install nodejs npm, or nodejs.org)"; exit 1; }; \
@@ -55,6 +58,9 @@ deps:
 	@command -v kustomize >/dev/null || \
 	  test -x "$$($(GO) env GOPATH)/bin/kustomize" || \
 	  { echo "installing: kustomize $(KUSTOMIZE_VERSION)"; GOTOOLCHAIN=local $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION); }
+	@command -v helm >/dev/null || \
+	  test -x "$$($(GO) env GOPATH)/bin/helm" || \
+	  { echo "installing: helm $(HELM_VERSION) (a few minutes)"; $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION); }
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
