@@ -1,7 +1,8 @@
 // Package k8s holds no code: its tests render every kustomization beside
-// them, decode each object strictly into its Kubernetes API type and check
-// what keeps webhooks from bypassing webhook-dedup; and they run the
-// Dockerfile's build to check the binary the image would ship.
+// them and the Helm chart (../charts), decode each object strictly into its
+// Kubernetes API type and check what keeps webhooks from bypassing
+// webhook-dedup; they run the Dockerfiles' builds to check the binaries
+// the images would ship, and a snapshot of `make release`.
 package k8s
 
 import (
