@@ -17,12 +17,61 @@ STATICCHECK_VERSION := v0.8.2
 # kustomize renders k8s/ in its tests. Debian's kubectl (1.20) is too old;
 # v5.8.3 needs Go 1.27, so v5.8.2.
 KUSTOMIZE_VERSION := v5.8.2
+# helm renders and lints charts/ in k8s/'s tests; building it takes minutes
+# on two cores, so it is installed only when missing.
+HELM_VERSION       := v4.3.2
+# actionlint checks .github/workflows in k8s/release_test.go.
+ACTIONLINT_VERSION := v1.7.12
 DYNALITE_VERSION  := 4.0.0
 
-.PHONY: build test deps lint fuzz ci bench soak
+.PHONY: build test deps lint fuzz ci bench soak release publish
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o webhook-dedup .
+
+# A release, in DIST: for each of PLATFORMS a tarball
+# webhook-dedup_VERSION_OS_ARCH.tar.gz holding the static binary (version
+# and commit stamped) with LICENSE and README.md; the chart packaged as
+# webhook-dedup-VERSION.tgz with its version and appVersion (the image tag
+# it runs) set to VERSION; and checksums.txt, their sha256. The tarballs
+# are reproducible: sorted, owned by 0, dated at the commit.
+# .github/workflows/release.yml runs this on a tag, then `make publish`;
+# k8s/release_test.go runs it for one platform.
+DIST      ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+HELM      ?= $(shell command -v helm || echo "$$($(GO) env GOPATH)/bin/helm")
+MTIME     := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+release:
+	@echo "$(VERSION)" | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$' || { echo "VERSION=$(VERSION) is not X.Y.Z[-pre]"; exit 1; }
+	mkdir -p $(DIST) && rm -f $(DIST)/webhook-dedup_* $(DIST)/webhook-dedup-*.tgz $(DIST)/checksums.txt
+	@set -e; for platform in $(PLATFORMS); do \
+		os=$${platform%/*}; arch=$${platform#*/}; name=webhook-dedup_$(VERSION)_$${os}_$${arch}; \
+		echo "build $$name"; \
+		mkdir -p $(DIST)/$$name; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/$$name/webhook-dedup .; \
+		cp LICENSE README.md $(DIST)/$$name/; \
+		tar -C $(DIST) --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(MTIME) -cf - $$name | gzip -n > $(DIST)/$$name.tar.gz; \
+		rm -r $(DIST)/$$name; \
+	done
+	$(HELM) package charts/webhook-dedup --version $(VERSION) --app-version $(VERSION) --destination $(DIST)
+	cd $(DIST) && sha256sum *.tar.gz *.tgz > checksums.txt
+	@cat $(DIST)/checksums.txt
+
+# Pushes the images, webhook-dedup's and the example app's (examples/echo),
+# for linux/amd64 and linux/arm64 with an SBOM and provenance attestations,
+# tagged VERSION, and the chart `make release` packaged as an OCI artifact
+# at VERSION. Needs docker buildx and logins to REGISTRY (the workflow's).
+REGISTRY        ?= ghcr.io/webhook-dedup
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+
+publish:
+	docker buildx build --platform $(IMAGE_PLATFORMS) --sbom=true --provenance=mode=max \
+		--build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) \
+		-t $(REGISTRY)/webhook-dedup:$(VERSION) --push .
+	docker buildx build --platform $(IMAGE_PLATFORMS) --sbom=true --provenance=mode=max \
+		-f examples/echo/Dockerfile -t $(REGISTRY)/webhook-dedup-echo:$(VERSION) --push .
+	$(HELM) push $(DIST)/webhook-dedup-$(VERSION).tgz oci://$(REGISTRY)/charts
 
 # The modules: the product, and test/sdk, which checks it against the
 # providers' own libraries (stripe-go, …) and keeps them out of the
@@ -46,7 +95,7 @@ soak: deps
 # What the tests run for real: redis-server and PostgreSQL (Debian; the
 # tests run initdb and postgres themselves, as an unprivileged user when
 # root), dynalite (npm: a DynamoDB on LevelDB; version 4 needs Node.js 20
-# or later) and kustomize (Go).
+# or later), kustomize and helm (Go).
 deps:
 	@command -v dynalite >/dev/null || { \
 	  command -v npm >/dev/null || { echo "dynalite needs Node.js 20 or later and npm: install them (apt-get install nodejs npm, or nodejs.org)"; exit 1; }; \
@@ -55,6 +104,12 @@ deps:
 	@command -v kustomize >/dev/null || \
 	  test -x "$$($(GO) env GOPATH)/bin/kustomize" || \
 	  { echo "installing: kustomize $(KUSTOMIZE_VERSION)"; GOTOOLCHAIN=local $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION); }
+	@command -v helm >/dev/null || \
+	  test -x "$$($(GO) env GOPATH)/bin/helm" || \
+	  { echo "installing: helm $(HELM_VERSION) (a few minutes)"; $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION); }
+	@command -v actionlint >/dev/null || \
+	  test -x "$$($(GO) env GOPATH)/bin/actionlint" || \
+	  { echo "installing: actionlint $(ACTIONLINT_VERSION)"; $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION); }
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \

@@ -9,7 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// checkDelivery: async delivery runs on a durable store, and the embedded
+// checkDelivery: async delivery runs on a durable store (DATA_DIR, Redis
+// or PostgreSQL), and the embedded
 // store on disk (DATA_DIR) runs as it must: one replica, replaced by
 // stopping it first (Recreate: the file's lock and a ReadWriteOnce volume
 // admit one pod), its directory on a PersistentVolumeClaim that is
@@ -19,8 +20,9 @@ func checkDelivery(t *testing.T, m *manifests, d *appsv1.Deployment, p *pod) {
 	async := p.setting("DELIVERY") == "async" || strings.Contains(p.setting("ROUTES"), ";async")
 	dataDir := p.setting("DATA_DIR")
 	redis := p.setting("REDIS_URL") != "" || p.setting("REDIS_CLUSTER_ADDRS") != "" || p.setting("REDIS_SENTINEL_ADDRS") != ""
-	if async && dataDir == "" && !redis && !slices.Contains(p.names, "REDIS_URL") {
-		t.Errorf("%s: async delivery without DATA_DIR or Redis: the sidecar refuses to start", p.name)
+	postgres := p.setting("DATABASE_URL") != "" || slices.Contains(p.names, "DATABASE_URL")
+	if async && dataDir == "" && !redis && !postgres && !slices.Contains(p.names, "REDIS_URL") {
+		t.Errorf("%s: async delivery without DATA_DIR, Redis or PostgreSQL: the sidecar refuses to start", p.name)
 	}
 	if dataDir == "" {
 		return

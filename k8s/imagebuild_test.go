@@ -50,7 +50,9 @@ var built struct {
 // builtBinary returns the binary the Dockerfile's build stage makes.
 func builtBinary(t *testing.T) *imageBuild {
 	t.Helper()
-	built.once.Do(func() { built.result, built.err = buildLikeDockerfile(workDir) })
+	built.once.Do(func() {
+		built.result, built.err = buildLikeDockerfile(filepath.Join(workDir, "webhook-dedup"), "Dockerfile")
+	})
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
@@ -68,7 +70,11 @@ func repoRoot(t testing.TB) string {
 }
 
 func readDockerfile(root string) ([]stage, error) {
-	f, err := os.Open(filepath.Join(root, "Dockerfile"))
+	return readStages(filepath.Join(root, "Dockerfile"))
+}
+
+func readStages(path string) ([]stage, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +83,26 @@ func readDockerfile(root string) ([]stage, error) {
 }
 
 func readDockerignore(root string) ([]ignoreRule, error) {
-	f, err := os.Open(filepath.Join(root, ".dockerignore"))
+	return readIgnoreFile(filepath.Join(root, ".dockerignore"))
+}
+
+// ignoreFileFor is the ignore file BuildKit applies to dockerfile (relative
+// to root): <dockerfile>.dockerignore beside it if there is one, else the
+// context's .dockerignore.
+func ignoreFileFor(root, dockerfile string) string {
+	if own := filepath.Join(root, dockerfile+".dockerignore"); isRegular(own) {
+		return own
+	}
+	return filepath.Join(root, ".dockerignore")
+}
+
+func isRegular(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Mode().IsRegular()
+}
+
+func readIgnoreFile(path string) ([]ignoreRule, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -99,16 +124,17 @@ func goBuild(stages []stage) (stage, instruction, error) {
 
 var outputFlag = regexp.MustCompile(`(?:^|\s)-o\s+(\S+)`)
 
-// buildLikeDockerfile runs the Dockerfile's go build command, word for word,
-// in a copy of the build context that .dockerignore leaves, with the build
-// arguments set as Docker sets them: as environment variables of the RUN
-// shell. Only the output path moves into dir.
-func buildLikeDockerfile(dir string) (*imageBuild, error) {
+// buildLikeDockerfile runs the go build command of dockerfile (relative to
+// the repository root, the build context), word for word, in a copy of the
+// context that its ignore file leaves, with the build arguments set as
+// Docker sets them: as environment variables of the RUN shell. Only the
+// output path moves into dir.
+func buildLikeDockerfile(dir, dockerfile string) (*imageBuild, error) {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		return nil, err
 	}
-	stages, err := readDockerfile(root)
+	stages, err := readStages(filepath.Join(root, dockerfile))
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +142,7 @@ func buildLikeDockerfile(dir string) (*imageBuild, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules, err := readDockerignore(root)
+	rules, err := readIgnoreFile(ignoreFileFor(root, dockerfile))
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func TestImageTagInOnePlace(t *testing.T) {
 		}
 		for i, line := range strings.Split(string(data), "\n") {
 			code, _, _ := strings.Cut(line, "#")
-			if strings.Contains(code, "webhook-dedup/webhook-dedup:") {
+			if strings.Contains(code, "webhook-dedup/webhook-dedup:") || strings.Contains(code, "webhook-dedup/webhook-dedup-echo:") {
 				t.Errorf("%s:%d: %s: the tag belongs in %s only", path, i+1, strings.TrimSpace(line), imagePin)
 			}
 		}
@@ -40,7 +40,8 @@ func TestImageTagInOnePlace(t *testing.T) {
 		m := render(t, v.dir)
 		for _, d := range m.deployments {
 			for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
-				if c.Name == sidecarName && !strings.HasSuffix(c.Image, ":"+tag) {
+				released := c.Name == sidecarName || strings.HasPrefix(c.Image, "ghcr.io/webhook-dedup/")
+				if released && !strings.HasSuffix(c.Image, ":"+tag) {
 					t.Errorf("%s: Deployment %s runs %s, not the tag %s sets (%s)", v.dir, d.Name, c.Image, imagePin, tag)
 				}
 			}
@@ -48,14 +49,24 @@ func TestImageTagInOnePlace(t *testing.T) {
 	}
 }
 
-// pinnedTag is the tag imagePin sets.
+// pinnedTag is the tag imagePin sets, the same for every image it names:
+// one release builds them all.
 func pinnedTag(t *testing.T) string {
 	t.Helper()
-	tag := pinned(t, "newTag")
-	if tag == "" {
+	pin, err := os.ReadFile(imagePin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := regexp.MustCompile(`(?m)^\s*newTag:\s*(\S+)`).FindAllSubmatch(pin, -1)
+	if len(tags) == 0 {
 		t.Fatalf("%s sets no newTag", imagePin)
 	}
-	return tag
+	for _, tag := range tags[1:] {
+		if string(tag[1]) != string(tags[0][1]) {
+			t.Errorf("%s sets the tags %s and %s: one release builds every image, with one tag", imagePin, tags[0][1], tag[1])
+		}
+	}
+	return string(tags[0][1])
 }
 
 // pinned is the value imagePin gives field (newTag, newName); empty if

@@ -1,7 +1,8 @@
 // Package k8s holds no code: its tests render every kustomization beside
-// them, decode each object strictly into its Kubernetes API type and check
-// what keeps webhooks from bypassing webhook-dedup; and they run the
-// Dockerfile's build to check the binary the image would ship.
+// them and the Helm chart (../charts), decode each object strictly into its
+// Kubernetes API type and check what keeps webhooks from bypassing
+// webhook-dedup; they run the Dockerfiles' builds to check the binaries
+// the images would ship, and a snapshot of `make release`.
 package k8s
 
 import (
@@ -36,6 +37,9 @@ type variant struct {
 	// restartPolicy Always (Kubernetes >= 1.29), or else an ordinary
 	// container beside the app.
 	native bool
+	// onboarding marks the variant for a roll-out's first days, the one
+	// allowed to fail open (shadow mode, forward on store errors).
+	onboarding bool
 }
 
 // variants lists every kustomization under k8s/ that can be built on its
@@ -49,6 +53,7 @@ var variants = []variant{
 	{dir: "overlays/existing-app", native: true},
 	{dir: "overlays/monitoring", native: true},
 	{dir: "overlays/async-disk", native: true},
+	{dir: "overlays/onboarding", native: true, onboarding: true},
 }
 
 // installHint is how to get a renderer on a machine that has neither.
@@ -82,24 +87,35 @@ var findRenderer = sync.OnceValues(func() ([]string, error) {
 	if path, err := exec.LookPath("kustomize"); err == nil {
 		return []string{path, "build"}, nil
 	}
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n") // GOBIN's line may be empty
-		var dirs []string
-		if len(lines) == 2 {
-			dirs = append(dirs, lines[0])
-			for _, p := range filepath.SplitList(lines[1]) {
-				dirs = append(dirs, filepath.Join(p, "bin"))
-			}
-		}
-		for _, dir := range dirs {
-			path := filepath.Join(dir, "kustomize")
-			if dir != "" && isExecutable(path) {
-				return []string{path, "build"}, nil
-			}
-		}
+	if path, ok := goInstalled("kustomize"); ok {
+		return []string{path, "build"}, nil
 	}
 	return nil, fmt.Errorf("rendering kustomizations needs kubectl with kustomize v5 or kustomize, and neither was found%s; %s", oldKubectl, installHint)
 })
+
+// goInstalled looks for a command where `go install` puts it (GOBIN, else
+// each GOPATH's bin), which need not be on PATH.
+func goInstalled(name string) (string, bool) {
+	out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
+	if err != nil {
+		return "", false
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n") // GOBIN's line may be empty
+	if len(lines) != 2 {
+		return "", false
+	}
+	dirs := []string{lines[0]}
+	for _, p := range filepath.SplitList(lines[1]) {
+		dirs = append(dirs, filepath.Join(p, "bin"))
+	}
+	for _, dir := range dirs {
+		path := filepath.Join(dir, name)
+		if dir != "" && isExecutable(path) {
+			return path, true
+		}
+	}
+	return "", false
+}
 
 func isExecutable(path string) bool {
 	info, err := os.Stat(path)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -44,25 +45,9 @@ func TestSidecarInvariants(t *testing.T) {
 			for _, d := range m.deployments {
 				p := newPod(t, m, "Deployment "+d.Name, &d.Spec.Template, known)
 				p.checkPlacement(t, v.native)
-				p.checkEnvNames(t, known)
-				p.checkAppName(t, d.Spec.Selector)
-				p.checkPorts(t)
-				p.checkProbes(t)
-				p.checkServices(t)
-				p.checkNetworkPolicies(t)
 				p.checkAppOnLoopback(t)
-				p.checkShutdown(t)
-				p.checkResources(t)
-				checkHardened(t, p.name, p.spec, p.sidecar)
-				checkReferences(t, m, p.name, p.spec)
-				checkExpansions(t, m, p.name, p.spec)
-				checkImages(t, p.name, p.spec)
-				checkDisruptionBudget(t, m, p.name, p.labels, d.Spec.Replicas)
-				checkDelivery(t, m, d, p)
-				checkOneStore(t, p)
-				checkDynamoDB(t, m, p)
+				checkPod(t, m, d, p, binary, v.onboarding)
 				checkPostgres(t, m, p)
-				checkStarts(t, binary, p)
 				pods = append(pods, p)
 			}
 			for _, s := range m.statefulSets {
@@ -73,6 +58,33 @@ func TestSidecarInvariants(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkPod runs the checks every pod carrying webhook-dedup passes,
+// whether kustomize or the chart rendered it and wherever the container
+// sits. onboarding: the variant is the one named for a roll-out's first
+// days, which may fail open.
+func checkPod(t *testing.T, m *manifests, d *appsv1.Deployment, p *pod, binary string, onboarding bool) {
+	t.Helper()
+	p.checkEnvNames(t, p.defaults)
+	p.checkAppName(t, d.Spec.Selector)
+	p.checkPorts(t)
+	p.checkProbes(t)
+	p.checkServices(t)
+	p.checkNetworkPolicies(t)
+	p.checkShutdown(t)
+	p.checkResources(t)
+	p.checkSecretsRequired(t, signingSecrets(t, binary))
+	p.checkFailsClosed(t, onboarding)
+	checkHardened(t, p.name, p.spec, p.sidecar)
+	checkReferences(t, m, p.name, p.spec)
+	checkExpansions(t, m, p.name, p.spec)
+	checkImages(t, p.name, p.spec)
+	checkDisruptionBudget(t, m, p.name, p.labels, d.Spec.Replicas)
+	checkDelivery(t, m, d, p)
+	checkOneStore(t, p)
+	checkDynamoDB(t, m, p)
+	checkStarts(t, binary, p)
 }
 
 // pod is a pod template that carries the sidecar, with the sidecar's
@@ -489,6 +501,50 @@ func (p *pod) checkShutdown(t *testing.T) {
 	if time.Duration(grace)*time.Second < need {
 		t.Errorf("%s: terminationGracePeriodSeconds %d < %v (preStop sleeps + SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT): draining would be cut short by SIGKILL",
 			p.name, grace, need)
+	}
+}
+
+// checkSecretsRequired: each route on a preset that signs reads its
+// signing secret from a Secret, required: a pod whose Secret or key is
+// missing waits (CreateContainerConfigError) instead of starting a proxy
+// that verifies nothing. signing maps each preset to its variable.
+func (p *pod) checkSecretsRequired(t *testing.T, signing map[string]string) {
+	t.Helper()
+	for _, route := range strings.Split(p.setting("ROUTES"), ",") {
+		_, source, _ := strings.Cut(route, "=")
+		source, _, _ = strings.Cut(source, ";")
+		if source == "svix" {
+			source = "standardwebhooks" // the alias
+		}
+		name, signs := signing[source]
+		if !signs {
+			continue
+		}
+		i := slices.IndexFunc(p.sidecar.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+		switch {
+		case i < 0:
+			t.Errorf("%s: route %s uses %s, but %s is not read from a Secret: the route would verify nothing", p.name, route, source, name)
+		case p.sidecar.Env[i].ValueFrom == nil || p.sidecar.Env[i].ValueFrom.SecretKeyRef == nil:
+			t.Errorf("%s: %s is not read from a Secret", p.name, name)
+		case p.sidecar.Env[i].ValueFrom.SecretKeyRef.Optional == nil || *p.sidecar.Env[i].ValueFrom.SecretKeyRef.Optional:
+			t.Errorf("%s: %s's secretKeyRef is not optional: false: without its Secret the pod would start unverified", p.name, name)
+		}
+	}
+}
+
+// checkFailsClosed: as shipped, webhook-dedup deduplicates and refuses
+// what it cannot check; shadow mode and forwarding on store errors belong
+// to the variant named for onboarding.
+func (p *pod) checkFailsClosed(t *testing.T, onboarding bool) {
+	t.Helper()
+	if onboarding {
+		return
+	}
+	if p.setting("SHADOW_MODE") != "false" {
+		t.Errorf("%s: SHADOW_MODE=%s: as shipped it would deduplicate nothing; shadow mode belongs in the onboarding variant", p.name, p.setting("SHADOW_MODE"))
+	}
+	if p.setting("ON_STORE_ERROR") != "reject" {
+		t.Errorf("%s: ON_STORE_ERROR=%s: as shipped it would let duplicates through while the store is down; that belongs in the onboarding variant", p.name, p.setting("ON_STORE_ERROR"))
 	}
 }
 

@@ -5,6 +5,7 @@
 //
 //	go run ./examples/echo            # listens on 127.0.0.1:3000
 //	go run ./examples/echo -addr :4000
+//	ADDR=:3000 echo                   # its image: ADDR=:3000 is set there
 package main
 
 import (
@@ -42,7 +43,7 @@ const maxBody = 1 << 20
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo:", err)
@@ -50,10 +51,16 @@ func main() {
 	}
 }
 
-// run serves until ctx is cancelled.
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+// run serves until ctx is cancelled. The address is -addr, else ADDR
+// (how a container is told, e.g. the Kubernetes manifests' 127.0.0.1:3000
+// beside the sidecar), else 127.0.0.1:3000.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:3000", "address to listen on")
+	def := getenv("ADDR")
+	if def == "" {
+		def = "127.0.0.1:3000"
+	}
+	addr := fs.String("addr", def, "address to listen on (default: $ADDR, else 127.0.0.1:3000)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func TestRunListensOnAddrAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, pw) }()
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(string) string { return "" }, pw) }()
 
 	line := make([]byte, 256)
 	n, err := pr.Read(line)
