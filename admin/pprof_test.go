@@ -51,7 +51,9 @@ func TestProfiles(t *testing.T) {
 		ok     func(b []byte) bool
 		want   string
 	}{
-		{"/debug/pprof/", 200, func(b []byte) bool { return bytes.Contains(b, []byte(`href="heap?debug=1"`)) && bytes.Contains(b, []byte(`href="profile"`)) }, "the index, linking heap and profile"},
+		{"/debug/pprof/", 200, func(b []byte) bool {
+			return bytes.Contains(b, []byte(`href="heap?debug=1"`)) && bytes.Contains(b, []byte(`href="profile"`))
+		}, "the index, linking heap and profile"},
 		{"/debug/pprof/heap", 200, gzipped, "a gzipped profile"},
 		{"/debug/pprof/heap?gc=1", 200, gzipped, "a gzipped profile"},
 		{"/debug/pprof/goroutine?debug=1", 200, func(b []byte) bool { return bytes.Contains(b, []byte("goroutine profile:")) }, "the goroutines as text"},

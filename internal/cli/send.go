@@ -459,6 +459,6 @@ func signStandard(h http.Header, body []byte, secret string, now time.Time) erro
 	}
 	ts := strconv.FormatInt(now.Unix(), 10)
 	h.Set("Webhook-Timestamp", ts)
-	h.Set("Webhook-Signature", "v1,"+b64MAC(sha256.New, key, h.Get("Webhook-Id")+"."+ts+":", body))
+	h.Set("Webhook-Signature", "v1,"+b64MAC(sha256.New, key, h.Get("Webhook-Id")+"."+ts+".", body))
 	return nil
 }
