@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -206,17 +207,17 @@ func (s *skipUntil) Write(p []byte) (int, error) {
 	}
 	s.pending = append(s.pending, p...)
 	for {
-		line, rest, ok := strings.Cut(string(s.pending), "\n")
+		line, rest, ok := bytes.Cut(s.pending, []byte("\n"))
 		if !ok {
 			return len(p), nil
 		}
-		if strings.HasPrefix(line, s.mark) {
+		if bytes.HasPrefix(line, []byte(s.mark)) {
 			s.started = true
-			_, err := io.WriteString(s.w, string(s.pending))
+			_, err := s.w.Write(s.pending)
 			s.pending = nil
 			return len(p), err
 		}
-		s.pending = []byte(rest)
+		s.pending = rest
 	}
 }
 

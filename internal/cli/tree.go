@@ -77,7 +77,7 @@ func newMigrateCmd(e *env) *cobra.Command {
 
 // newStoreCmd is inspect or forget.
 func newStoreCmd(e *env, name string) *cobra.Command {
-	short, example := "Show one event's record as the admin API does", "  webhook-dedup inspect stripe evt_1NG8Du2eZvKYlo2C\n  webhook-dedup inspect %2Fhooks%2Facme acme-1   # a generic route's namespace is its path"
+	short, example := "Show one event's record as the admin API does", "  webhook-dedup inspect stripe evt_1NG8Du2eZvKYlo2C\n  webhook-dedup inspect /hooks/acme acme-1   # a generic route's namespace is its path, unescaped"
 	if name == "forget" {
 		short, example = "Forget one event, so that its next delivery is forwarded again", "  ADMIN_TOKEN=… webhook-dedup forget github 72d3162e-cc78-11e3-81ab-4c9367dc0958"
 	}
