@@ -1,5 +1,5 @@
 // Package admin serves the operator's port: health, readiness, Prometheus
-// metrics, and an API to inspect and forget single events.
+// metrics, an API to inspect and forget single events, and Go's profiles.
 package admin
 
 import (
@@ -106,6 +106,12 @@ func New(cfg Config) *Server {
 	// (the mux alone would answer 405 with an Allow header).
 	s.mux.HandleFunc("/v1/events/{namespace}/{id}", s.authorized(methodNotAllowed))
 	s.mux.HandleFunc("/v1/events/", s.authorized(notFound))
+	// Go's profiles, for an operator with the token as for the API.
+	s.mux.HandleFunc("GET /debug/pprof/", s.authorized(profiling))
+	s.mux.HandleFunc("/debug/pprof/", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+	}))
 	return s
 }
 

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -14,10 +13,7 @@ import (
 // init container that stops a pod whose sidecar would not start. The
 // warnings serve would log go to stderr; a problem is serve's own error
 // (exit status 2), naming every variable at fault.
-func check(args []string, environ map[string]string, stdout, stderr io.Writer) error {
-	if len(args) != 0 {
-		return usageError(errors.New("usage: webhook-dedup check"))
-	}
+func check(environ map[string]string, stdout, stderr io.Writer) error {
 	cfg, warnings, err := serve.Check(environ)
 	if err != nil {
 		return err

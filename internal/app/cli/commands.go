@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -26,11 +25,9 @@ import (
 	"go.uber.org/zap"
 )
 
-func writeUsage(w io.Writer) error { return config.WriteUsage(w) }
-
-func printVersion(w io.Writer, build serve.Build) error {
-	_, err := fmt.Fprintf(w, "webhook-dedup %s (commit %s, %s)\n", build.Version, build.Commit, runtime.Version())
-	return err
+// versionLine is what the binary says about itself, in one line.
+func versionLine(build serve.Build) string {
+	return fmt.Sprintf("webhook-dedup %s (commit %s, %s)", build.Version, build.Commit, runtime.Version())
 }
 
 // healthcheck asks the local admin port's /readyz, for container health
@@ -58,16 +55,22 @@ func healthcheck(ctx context.Context, environ map[string]string, stdout io.Write
 	return err
 }
 
-// adminURL is the base URL of this pod's admin port, from ADMIN_ADDR: a
-// wildcard host (":9090") is reached on loopback.
+// adminURL is the base URL of this pod's admin port, from ADMIN_ADDR.
 func adminURL(environ map[string]string) (string, error) {
 	addr := environ["ADMIN_ADDR"]
 	if addr == "" {
 		addr = ":9090"
 	}
+	return loopbackURL("ADMIN_ADDR", addr)
+}
+
+// loopbackURL is the base URL of addr, the listening address variable
+// configures, as this host reaches it: a wildcard host (":9090") on
+// loopback.
+func loopbackURL(variable, addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", fmt.Errorf("ADMIN_ADDR: %w", err)
+		return "", fmt.Errorf("%s: %w", variable, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
@@ -80,9 +83,6 @@ func adminURL(environ map[string]string) (string, error) {
 // one included) and clears that proxy's cache on a forget; otherwise it
 // goes straight to the configured shared store.
 func storeCommand(ctx context.Context, cmd string, args []string, environ map[string]string, stdout io.Writer) error {
-	if len(args) != 2 {
-		return usageError(fmt.Errorf("usage: webhook-dedup %s NAMESPACE ID", cmd))
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if environ["ADMIN_TOKEN"] != "" {
@@ -176,91 +176,10 @@ func openQueueForCommand(ctx context.Context, environ map[string]string) (*confi
 	return openStoreForCommand(ctx, environ, "ADMIN_TOKEN (with ADMIN_ADDR): required to reach the running proxy's admin API; or configure the shared store (REDIS_URL, …) to reach it directly", true)
 }
 
-// deadLettersCommand prints every dead letter in one JSON document, as
-// GET /v1/dead-letters lists them a page at a time. With ADMIN_TOKEN set
-// it asks the running proxy's admin API.
-func deadLettersCommand(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
-	if len(args) != 0 {
-		return usageError(errors.New("usage: webhook-dedup dead-letters"))
-	}
-	var next func(ctx context.Context, cursor string) (admin.DeadLetterPage, error)
-	if environ["ADMIN_TOKEN"] != "" {
-		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
-			var page admin.DeadLetterPage
-			body, err := adminRequest(ctx, http.MethodGet, "/v1/dead-letters?limit=1000&cursor="+url.QueryEscape(cursor), environ)
-			if err == nil {
-				err = json.Unmarshal(body, &page)
-			}
-			return page, err
-		}
-	} else {
-		cfg, b, err := openQueueForCommand(ctx, environ)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
-		q := b.Queue
-		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
-			return admin.ListDeadLetters(ctx, q, cfg.KeyPrefix, cursor, 1000)
-		}
-	}
-	all := admin.DeadLetterPage{DeadLetters: []admin.DeadLetter{}}
-	cursor := ""
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		page, err := next(pctx, cursor)
-		cancel()
-		if err != nil {
-			return err
-		}
-		all.DeadLetters = append(all.DeadLetters, page.DeadLetters...)
-		if cursor = page.NextCursor; cursor == "" {
-			break
-		}
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(all)
-}
-
-// retryCommand puts a dead letter back in the queue as a new first
+// retryOne puts a dead letter back in the queue as a new first
 // attempt, as POST /v1/events/{namespace}/{id}/retry does (which it calls
 // when ADMIN_TOKEN is set).
-func retryCommand(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
-	const usage = "usage: webhook-dedup retry NAMESPACE ID, or webhook-dedup retry --all [--namespace NS] [--failed-before T] [--failed-after T]"
-	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // the usage error says it all
-	all := fs.Bool("all", false, "every dead letter the other flags choose")
-	var sel admin.RetrySelection
-	fs.StringVar(&sel.Namespace, "namespace", "", "only this namespace's")
-	before := fs.String("failed-before", "", "only those dead-lettered before this RFC 3339 time")
-	after := fs.String("failed-after", "", "only those dead-lettered at or after this RFC 3339 time")
-	if err := fs.Parse(args); err != nil {
-		return usageError(fmt.Errorf("%w\n%s", err, usage))
-	}
-	if *all {
-		if fs.NArg() != 0 {
-			return usageError(errors.New(usage))
-		}
-		for _, f := range []struct {
-			name, v string
-			t       *time.Time
-		}{{"--failed-before", *before, &sel.FailedBefore}, {"--failed-after", *after, &sel.FailedAfter}} {
-			if f.v == "" {
-				continue
-			}
-			t, err := time.Parse(time.RFC3339, f.v)
-			if err != nil {
-				return usageError(fmt.Errorf("%s: not an RFC 3339 time (2026-12-01T08:00:00Z): %w", f.name, err))
-			}
-			*f.t = t
-		}
-		return retryAllCommand(ctx, sel, environ, stdout)
-	}
-	if fs.NArg() != 2 || sel.Namespace != "" || *before != "" || *after != "" {
-		return usageError(errors.New(usage))
-	}
-	ns, id := fs.Arg(0), fs.Arg(1)
+func retryOne(ctx context.Context, ns, id string, environ map[string]string, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error

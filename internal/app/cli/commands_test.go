@@ -284,9 +284,9 @@ func TestStoreCommandUsage(t *testing.T) {
 		args []string
 		want string // in the error
 	}{
-		{"inspect without arguments", map[string]string{"REDIS_URL": redisURL}, []string{"inspect"}, "usage: webhook-dedup inspect NAMESPACE ID"},
-		{"inspect with one argument", map[string]string{"REDIS_URL": redisURL}, []string{"inspect", "stripe"}, "usage"},
-		{"forget with three arguments", map[string]string{"REDIS_URL": redisURL}, []string{"forget", "stripe", "evt_1", "x"}, "usage: webhook-dedup forget NAMESPACE ID"},
+		{"inspect without arguments", map[string]string{"REDIS_URL": redisURL}, []string{"inspect"}, "inspect wants NAMESPACE ID, got 0 arguments"},
+		{"inspect with one argument", map[string]string{"REDIS_URL": redisURL}, []string{"inspect", "stripe"}, "inspect wants NAMESPACE ID, got 1 argument"},
+		{"forget with three arguments", map[string]string{"REDIS_URL": redisURL}, []string{"forget", "stripe", "evt_1", "x"}, "forget wants NAMESPACE ID, got 3 arguments"},
 		{"no REDIS_URL", nil, []string{"inspect", "stripe", "evt_1"}, "REDIS_URL"},
 		{"bad REDIS_URL", map[string]string{"REDIS_URL": "http://127.0.0.1:1"}, []string{"forget", "stripe", "evt_1"}, "REDIS_URL"},
 		{"unknown command", nil, []string{"inpsect", "stripe", "evt_1"}, "unknown command"},

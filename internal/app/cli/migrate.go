@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -14,14 +13,7 @@ import (
 // table, or PostgreSQL's tables), for an operator or an init container.
 // `migrate --print` prints PostgreSQL's SQL instead, for DBAs who apply
 // migrations themselves; the database is not contacted.
-func migrate(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
-	printOnly := false
-	switch {
-	case len(args) == 1 && args[0] == "--print":
-		printOnly = true
-	case len(args) > 0:
-		return usageError(errors.New("usage: webhook-dedup migrate [--print]"))
-	}
+func migrate(ctx context.Context, printOnly bool, environ map[string]string, stdout, stderr io.Writer) error {
 	cfg, err := config.LoadForStore(environ)
 	if err != nil {
 		return usageError(fmt.Errorf("configuration:\n%w", err))

@@ -61,7 +61,7 @@ func TestMigratePostgresUsage(t *testing.T) {
 	}{
 		{"no store", nil, []string{"migrate"}, "DATABASE_URL"},
 		{"Redis", map[string]string{"REDIS_URL": "redis://" + redistest.FreeAddr(t)}, []string{"migrate"}, "DATABASE_URL"},
-		{"unknown flag", pg, []string{"migrate", "--dry-run"}, "usage: webhook-dedup migrate [--print]"},
+		{"unknown flag", pg, []string{"migrate", "--dry-run"}, "unknown flag: --dry-run"},
 		{"bad prefix", map[string]string{"DATABASE_URL": pg["DATABASE_URL"], "DATABASE_TABLE_PREFIX": "a-b"}, []string{"migrate", "--print"}, "DATABASE_TABLE_PREFIX"},
 	} {
 		_, err := runCommand(tc.env, tc.args...)

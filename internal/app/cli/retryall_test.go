@@ -71,7 +71,7 @@ func TestRetryAll(t *testing.T) {
 		{"retry", "--all", "--failed-before", "yesterday"},
 		{"retry", "--every"},
 	} {
-		if _, err := runCommand(viaAPI, args...); exitCode(err) != 2 || !strings.Contains(err.Error(), "usage") && !strings.Contains(err.Error(), "RFC 3339") {
+		if _, err := runCommand(viaAPI, args...); exitCode(err) != 2 || !strings.Contains(err.Error(), "Run 'webhook-dedup retry -h'") {
 			t.Errorf("%q: %v (exit %d), want a usage error", args, err, exitCode(err))
 		}
 	}
