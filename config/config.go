@@ -19,9 +19,8 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/providers"
-	"github.com/webhook-dedup/webhook-dedup/proxy"
-	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // Config is the whole configuration. Every field is one environment
@@ -33,15 +32,15 @@ type Config struct {
 	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE, each optionally followed by ;sync or ;async (overriding DELIVERY); longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
 
 	// Delivery and the async workers' settings (validated in completeDelivery).
-	Delivery             proxy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
-	DeliveryConcurrency  int                `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process, per async route (a route whose app hangs holds none of another's), and as many more taken from the queue ahead of them, so that a worker goes on with the next at once"`
-	QueueMaxDepth        int                `env:"QUEUE_MAX_DEPTH" envDefault:"100000" desc:"events waiting for delivery from which a first-seen webhook of an async route is answered 503 queue-full with Retry-After (duplicates are still answered); checked by the store as it enqueues: exactly on DATA_DIR and Redis, on PostgreSQL up to what other replicas queued since this one last read the depth (docs/delivery.md); 0: no bound"`
-	AsyncStatus          int                `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
-	RetryInitialInterval time.Duration      `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
-	RetryMaxInterval     time.Duration      `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
-	RetryMaxAttempts     int                `env:"RETRY_MAX_ATTEMPTS" desc:"attempts, the first included, before an event is dead-lettered; empty: no cap, an event is retried until RETRY_MAX_AGE (the knob for how long to keep trying)"`
-	RetryMaxAge          time.Duration      `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
-	DeadLetterTTL        time.Duration      `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
+	Delivery             policy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
+	DeliveryConcurrency  int                 `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process, per async route (a route whose app hangs holds none of another's), and as many more taken from the queue ahead of them, so that a worker goes on with the next at once"`
+	QueueMaxDepth        int                 `env:"QUEUE_MAX_DEPTH" envDefault:"100000" desc:"events waiting for delivery from which a first-seen webhook of an async route is answered 503 queue-full with Retry-After (duplicates are still answered); checked by the store as it enqueues: exactly on DATA_DIR and Redis, on PostgreSQL up to what other replicas queued since this one last read the depth (docs/delivery.md); 0: no bound"`
+	AsyncStatus          int                 `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
+	RetryInitialInterval time.Duration       `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
+	RetryMaxInterval     time.Duration       `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
+	RetryMaxAttempts     int                 `env:"RETRY_MAX_ATTEMPTS" desc:"attempts, the first included, before an event is dead-lettered; empty: no cap, an event is retried until RETRY_MAX_AGE (the knob for how long to keep trying)"`
+	RetryMaxAge          time.Duration       `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
+	DeadLetterTTL        time.Duration       `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
 	// Resign and AllowUnverifiedAsync are validated in completeVerified.
 	Resign               string `env:"RESIGN" envDefault:"auto" desc:"auto: each background attempt of an event whose preset signs a timestamp in a header (Stripe, Standard Webhooks, Slack, Paddle, Twitch, Zoom, Zendesk, GitLab signing tokens) carries a fresh timestamp and signature, made with the first of the preset's secrets, so the app's own 5-minute check passes however late the retry; off: the headers as received"`
 	AllowUnverifiedAsync bool   `env:"ALLOW_UNVERIFIED_ASYNC" envDefault:"false" desc:"let an async route accept a preset's webhooks without verifying their signatures (its secret not set, or PayPal, Adyen, Mailgun); without it that is a configuration error: a forged request carrying a real event ID would be queued and the genuine event answered as a duplicate the app never sees"`
@@ -95,8 +94,8 @@ type Config struct {
 	// derived from the memory limit when serving.
 	MaxBufferedBytes int64 `env:"MAX_BUFFERED_BYTES" desc:"most memory the bodies of all requests being read may take at once; beyond it, a request that must read its body gets 503 with Retry-After; at least MAX_BODY_BYTES; empty: a quarter of the container's memory limit (cgroup), or 256 MiB without one; unless GOMEMLIMIT is set, the Go runtime's soft memory limit is derived from it"`
 
-	OnStoreError proxy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
-	OnMissingID  proxy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
+	OnStoreError policy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
+	OnMissingID  policy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
 
 	SignatureTolerance   time.Duration `env:"SIGNATURE_TOLERANCE" envDefault:"5m" desc:"allowed age (and future skew) of a signed timestamp"`
 	DedupBodyFingerprint bool          `env:"DEDUP_BODY_FINGERPRINT" envDefault:"false" desc:"also treat a body already completed within the TTL as a duplicate"`
@@ -142,7 +141,7 @@ type RouteSpec struct {
 	// Delivery is the route's mode: the ";sync" or ";async" after its
 	// source, or else DELIVERY (filled in by Load; ParseRoutes leaves it
 	// SyncDelivery when Override is false).
-	Delivery proxy.DeliveryMode
+	Delivery policy.DeliveryMode
 	// Override is true when the route names its own mode.
 	Override bool
 }
@@ -293,7 +292,7 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 	c.completeDynamoDB(bad)
 	c.completePostgres(bad)
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = upstream.DefaultLease(c.UpstreamTimeout)
+		c.LeaseTTL = policy.DefaultLease(c.UpstreamTimeout)
 	}
 	positive := []struct {
 		name string
@@ -503,7 +502,7 @@ func (c *Config) AsyncRoutes() bool { return len(c.AsyncPaths()) > 0 }
 func (c *Config) AsyncPaths() []string {
 	var paths []string
 	for _, r := range c.RouteSpecs {
-		if r.Delivery == proxy.AsyncDelivery {
+		if r.Delivery == policy.AsyncDelivery {
 			paths = append(paths, r.Path)
 		}
 	}
