@@ -72,8 +72,8 @@ func TestStoreTimeout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.StoreTimeout != tc.store || c.RedisTimeout != tc.redis {
-				t.Errorf("StoreTimeout %s, RedisTimeout %s; want %s, %s", c.StoreTimeout, c.RedisTimeout, tc.store, tc.redis)
+			if c.StoreTimeout != tc.store || c.Redis.Timeout != tc.redis {
+				t.Errorf("StoreTimeout %s, RedisTimeout %s; want %s, %s", c.StoreTimeout, c.Redis.Timeout, tc.store, tc.redis)
 			}
 		})
 	}

@@ -16,7 +16,7 @@ func TestPostgresChosen(t *testing.T) {
 	if cfg.Store != (Store{Kind: StorePostgres, Variable: "DATABASE_URL"}) {
 		t.Errorf("Store = %+v, want PostgreSQL chosen by DATABASE_URL", cfg.Store)
 	}
-	if !cfg.DatabaseAutoMigrate || cfg.DatabaseTablePrefix != "webhook_dedup_" || cfg.PruneInterval != time.Minute ||
+	if !cfg.Postgres.AutoMigrate || cfg.Postgres.TablePrefix != "webhook_dedup_" || cfg.Postgres.PruneInterval != time.Minute ||
 		cfg.CacheSize != 0 || cfg.CacheTTL != time.Minute || cfg.StoreTimeout != time.Second {
 		t.Errorf("PostgreSQL and cache defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}

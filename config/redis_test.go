@@ -24,18 +24,18 @@ func TestRedisModes(t *testing.T) {
 		check func(t *testing.T, c *Config)
 	}{
 		{"cluster seeds, spaces trimmed", map[string]string{"REDIS_CLUSTER_ADDRS": " 10.0.0.1:7000, redis-1.redis:7000 ,"}, func(t *testing.T, c *Config) {
-			if want := []string{"10.0.0.1:7000", "redis-1.redis:7000"}; !slices.Equal(c.RedisClusterAddrs, want) {
-				t.Errorf("RedisClusterAddrs = %q, want %q", c.RedisClusterAddrs, want)
+			if want := []string{"10.0.0.1:7000", "redis-1.redis:7000"}; !slices.Equal(c.Redis.ClusterAddrs, want) {
+				t.Errorf("RedisClusterAddrs = %q, want %q", c.Redis.ClusterAddrs, want)
 			}
 		}},
 		{"sentinel", map[string]string{"REDIS_SENTINEL_ADDRS": "s1:26379,s2:26379,s3:26379", "REDIS_SENTINEL_MASTER": "mymaster", "REDIS_SENTINEL_PASSWORD": "x"}, func(t *testing.T, c *Config) {
-			if len(c.RedisSentinelAddrs) != 3 || c.RedisSentinelMaster != "mymaster" {
-				t.Errorf("sentinel settings %q %q", c.RedisSentinelAddrs, c.RedisSentinelMaster)
+			if len(c.Redis.SentinelAddrs) != 3 || c.Redis.SentinelMaster != "mymaster" {
+				t.Errorf("sentinel settings %q %q", c.Redis.SentinelAddrs, c.Redis.SentinelMaster)
 			}
 		}},
 		{"password file read and trimmed", map[string]string{"REDIS_URL": "redis://r:6379", "REDIS_PASSWORD_FILE": secret}, func(t *testing.T, c *Config) {
-			if c.RedisPassword != "s3cret" {
-				t.Errorf("RedisPassword = %q, want the file's content trimmed", c.RedisPassword)
+			if c.Redis.Password != "s3cret" {
+				t.Errorf("RedisPassword = %q, want the file's content trimmed", c.Redis.Password)
 			}
 		}},
 		// As the Kubernetes overlay does: $(REDIS_PASSWORD) expanded into REDIS_URL.
@@ -46,20 +46,20 @@ func TestRedisModes(t *testing.T) {
 		}, nil},
 		{"TLS files with rediss://", map[string]string{"REDIS_URL": "rediss://r:6379", "REDIS_TLS_CA_FILE": certs.CAFile}, nil},
 		{"defaults", map[string]string{"REDIS_URL": "redis://r:6379"}, func(t *testing.T, c *Config) {
-			if c.RedisTimeout != time.Second || c.RedisDialTimeout != 2*time.Second || c.RedisWaitReplicas != 0 ||
-				c.RedisWaitTimeout != 250*time.Millisecond || c.RedisPoolSize != 0 || c.RedisTLS {
-				t.Errorf("timeout %s, dial %s, wait %d/%s, pool %d, TLS %v", c.RedisTimeout, c.RedisDialTimeout,
-					c.RedisWaitReplicas, c.RedisWaitTimeout, c.RedisPoolSize, c.RedisTLS)
+			if c.Redis.Timeout != time.Second || c.Redis.DialTimeout != 2*time.Second || c.Redis.WaitReplicas != 0 ||
+				c.Redis.WaitTimeout != 250*time.Millisecond || c.Redis.PoolSize != 0 || c.Redis.TLS {
+				t.Errorf("timeout %s, dial %s, wait %d/%s, pool %d, TLS %v", c.Redis.Timeout, c.Redis.DialTimeout,
+					c.Redis.WaitReplicas, c.Redis.WaitTimeout, c.Redis.PoolSize, c.Redis.TLS)
 			}
 		}},
 		{"timeout follows a short UPSTREAM_TIMEOUT", map[string]string{"REDIS_URL": "redis://r:6379", "UPSTREAM_TIMEOUT": "2s"}, func(t *testing.T, c *Config) {
-			if c.RedisTimeout != 500*time.Millisecond {
-				t.Errorf("RedisTimeout = %s, want UPSTREAM_TIMEOUT/4 = 500ms", c.RedisTimeout)
+			if c.Redis.Timeout != 500*time.Millisecond {
+				t.Errorf("RedisTimeout = %s, want UPSTREAM_TIMEOUT/4 = 500ms", c.Redis.Timeout)
 			}
 		}},
 		{"wait for a replica", map[string]string{"REDIS_CLUSTER_ADDRS": "r:7000", "REDIS_WAIT_REPLICAS": "1", "REDIS_WAIT_TIMEOUT": "100ms"}, func(t *testing.T, c *Config) {
-			if c.RedisWaitReplicas != 1 || c.RedisWaitTimeout != 100*time.Millisecond {
-				t.Errorf("wait %d/%s", c.RedisWaitReplicas, c.RedisWaitTimeout)
+			if c.Redis.WaitReplicas != 1 || c.Redis.WaitTimeout != 100*time.Millisecond {
+				t.Errorf("wait %d/%s", c.Redis.WaitReplicas, c.Redis.WaitTimeout)
 			}
 		}},
 	} {
