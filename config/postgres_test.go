@@ -30,10 +30,7 @@ func TestPostgresErrors(t *testing.T) {
 	}{
 		{"two stores", map[string]string{"REDIS_URL": "redis://r:6379", "DATABASE_URL": "postgres://db/x"}, []string{"DATABASE_URL", "REDIS_URL", "exactly one store"}},
 		{"not postgres", map[string]string{"DATABASE_URL": "mysql://db/x"}, []string{"DATABASE_URL", "postgres://"}},
-		{"prefix with a quote", map[string]string{"DATABASE_TABLE_PREFIX": `a"b`}, []string{"DATABASE_TABLE_PREFIX"}},
-		{"prefix with a dash", map[string]string{"DATABASE_TABLE_PREFIX": "web-hook_"}, []string{"DATABASE_TABLE_PREFIX"}},
 		{"auto migrate", map[string]string{"DATABASE_AUTO_MIGRATE": "sometimes"}, []string{"DATABASE_AUTO_MIGRATE"}},
-		{"prune interval", map[string]string{"PRUNE_INTERVAL": "0s"}, []string{"PRUNE_INTERVAL"}},
 		{"cache size", map[string]string{"CACHE_SIZE": "-1"}, []string{"CACHE_SIZE"}},
 		{"cache ttl", map[string]string{"CACHE_TTL": "0s"}, []string{"CACHE_TTL"}},
 		{"store timeout", map[string]string{"STORE_TIMEOUT": "-1s"}, []string{"STORE_TIMEOUT"}},
