@@ -3,7 +3,6 @@ package config
 import (
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore/redisconf"
 	"github.com/webhook-dedup/webhook-dedup/setting"
 )
 
@@ -36,14 +35,12 @@ type Store struct {
 // variable, in the order messages list them.
 func StoreChoices() []Store {
 	var choices []Store
-	for _, r := range redisconf.Choices() {
-		choices = append(choices, Store{StoreRedis, r.Variable})
+	for _, st := range new(Config).stores() {
+		for _, ch := range st.settings.Choices() {
+			choices = append(choices, Store{st.kind, ch.Variable})
+		}
 	}
-	return append(choices,
-		Store{StoreDynamoDB, "DYNAMODB_TABLE"},
-		Store{StoreDisk, "DATA_DIR"},
-		Store{StorePostgres, "DATABASE_URL"},
-	)
+	return choices
 }
 
 // chooseStore decides which store runs: the one whose variable is set, or
@@ -51,18 +48,12 @@ func StoreChoices() []Store {
 // reported naming both: the proxy would otherwise keep its records where
 // the operator did not mean.
 func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
-	set := map[string]bool{
-		"DYNAMODB_TABLE": c.DynamoDB.Table != "",
-		"DATA_DIR":       c.Disk.Dir != "",
-		"DATABASE_URL":   c.Postgres.URL != "",
-	}
-	for _, r := range redisconf.Choices() {
-		set[r.Variable] = c.Redis.Set(r)
-	}
 	var chosen []Store
-	for _, st := range StoreChoices() {
-		if set[st.Variable] {
-			chosen = append(chosen, st)
+	for _, st := range c.stores() {
+		for _, ch := range st.settings.Choices() {
+			if ch.Set {
+				chosen = append(chosen, Store{st.kind, ch.Variable})
+			}
 		}
 	}
 	if len(chosen) == 0 {
@@ -78,13 +69,19 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 type storeSettings struct {
 	kind     StoreKind
 	settings interface {
+		// Choices are the variables that choose the store, in the
+		// order messages list them.
+		Choices() []setting.Choice
+		// Complete validates the settings, and fills in what they
+		// derive.
 		Complete(setting.Scope) setting.Problems
 	}
 }
 
-// stores are the stores' settings: adding a store adds its line.
+// stores are the stores' settings, in the order messages list the
+// variables that choose them: adding a store adds its line.
 func (c *Config) stores() []storeSettings {
-	return []storeSettings{{StoreRedis, &c.Redis}, {StoreDisk, &c.Disk}, {StorePostgres, &c.Postgres}, {StoreDynamoDB, &c.DynamoDB}}
+	return []storeSettings{{StoreRedis, &c.Redis}, {StoreDynamoDB, &c.DynamoDB}, {StoreDisk, &c.Disk}, {StorePostgres, &c.Postgres}}
 }
 
 // completeStores runs each store's own validation (its settings'

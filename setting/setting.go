@@ -1,7 +1,7 @@
 // Package setting is what the configuration and the packages whose
 // settings it composes share: Problem, what is wrong with one environment
-// variable, and Scope, what a store's settings are checked against beside
-// their own values. It imports nothing of webhook-dedup, so that each
+// variable, Scope, what a store's settings are checked against beside
+// their own values, and Choice, a variable that chooses a store. It imports nothing of webhook-dedup, so that each
 // store's settings can use it without importing config, and config
 // without importing a store.
 package setting
@@ -47,6 +47,14 @@ type Scope struct {
 	// ReplayMaxBytes is REPLAY_MAX_BYTES: the largest response body a
 	// record keeps.
 	ReplayMaxBytes int
+}
+
+// Choice is a variable that chooses a store, and whether it is set. A
+// store's settings list theirs (Choices) so that the configuration can
+// tell which store runs, and say so, without knowing the variables.
+type Choice struct {
+	Variable string
+	Set      bool
 }
 
 // List is a comma-separated list of values (host:port addresses), each

@@ -7,7 +7,7 @@ import (
 )
 
 // FromSettings is the Config the environment's settings describe: only
-// the addresses of the mode they chose (the first of redisconf.Choices
+// the addresses of the mode they chose (the first of its Choices
 // set), TLS when REDIS_TLS or a rediss:// URL asks for it. AppName,
 // KeyPrefix and Logger, which are not Redis's own settings, are left to
 // the caller.

@@ -17,6 +17,11 @@ type Settings struct {
 	Dir string `env:"DATA_DIR" desc:"directory of the embedded store's file (webhook-dedup.db), kept across restarts; created if missing; instead of Redis; one replica only"`
 }
 
+// Choices is the variable that chooses the store: DATA_DIR.
+func (s *Settings) Choices() []setting.Choice {
+	return []setting.Choice{{Variable: "DATA_DIR", Set: s.Dir != ""}}
+}
+
 // Complete makes sure DATA_DIR, when the store is chosen, is a directory
 // this process can create files in, creating it (and its parents) if
 // missing: the store's file is opened later, and a read-only volume had

@@ -26,6 +26,11 @@ var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
 // beside the kept body.
 const ReplayMax = 380000
 
+// Choices is the variable that chooses the store: DYNAMODB_TABLE.
+func (s *Settings) Choices() []setting.Choice {
+	return []setting.Choice{{Variable: "DYNAMODB_TABLE", Set: s.Table != ""}}
+}
+
 // Complete validates DYNAMODB_TABLE and what it constrains of the rest
 // of the configuration (REPLAY_MAX_BYTES).
 func (s *Settings) Complete(scope setting.Scope) setting.Problems {

@@ -23,6 +23,11 @@ type Settings struct {
 	PruneInterval time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" desc:"how often expired rows are deleted from PostgreSQL, in small batches"`
 }
 
+// Choices is the variable that chooses the store: DATABASE_URL.
+func (s *Settings) Choices() []setting.Choice {
+	return []setting.Choice{{Variable: "DATABASE_URL", Set: s.URL != ""}}
+}
+
 // Complete validates the settings. The table prefix and the pruning
 // interval are checked even when another store is chosen: a typo should
 // not wait for the day the store changes.

@@ -55,21 +55,27 @@ const (
 	Sentinel   Mode = "sentinel"   // REDIS_SENTINEL_ADDRS
 )
 
-// Choice is a variable that chooses Redis, and the mode it chooses.
-type Choice struct {
-	Variable string
-	Mode     Mode
+// modes are the variables that choose Redis, in the order messages list
+// them, each with the mode it chooses.
+var modes = []struct {
+	variable string
+	mode     Mode
+}{{"REDIS_URL", Standalone}, {"REDIS_CLUSTER_ADDRS", Cluster}, {"REDIS_SENTINEL_ADDRS", Sentinel}}
+
+// Choices are the variables that choose Redis, in the order messages list
+// them, each with whether it is set: REDIS_URL, REDIS_CLUSTER_ADDRS,
+// REDIS_SENTINEL_ADDRS.
+func (s *Settings) Choices() []setting.Choice {
+	choices := make([]setting.Choice, len(modes))
+	for i, m := range modes {
+		choices[i] = setting.Choice{Variable: m.variable, Set: s.set(m.mode)}
+	}
+	return choices
 }
 
-// Choices are the variables that choose Redis, in the order messages
-// list them; the first one set is the mode.
-func Choices() []Choice {
-	return []Choice{{"REDIS_URL", Standalone}, {"REDIS_CLUSTER_ADDRS", Cluster}, {"REDIS_SENTINEL_ADDRS", Sentinel}}
-}
-
-// Set reports whether the variable of choice is set.
-func (s *Settings) Set(choice Choice) bool {
-	switch choice.Mode {
+// set reports whether the variable of mode is set.
+func (s *Settings) set(mode Mode) bool {
+	switch mode {
 	case Standalone:
 		return s.URL != ""
 	case Cluster:
@@ -82,9 +88,9 @@ func (s *Settings) Set(choice Choice) bool {
 
 // Mode is the mode of the first of Choices that is set; empty if none is.
 func (s *Settings) Mode() Mode {
-	for _, c := range Choices() {
-		if s.Set(c) {
-			return c.Mode
+	for _, m := range modes {
+		if s.set(m.mode) {
+			return m.mode
 		}
 	}
 	return ""
