@@ -3,29 +3,30 @@
 package config
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
-	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore/diskconf"
+	"github.com/webhook-dedup/webhook-dedup/dedup/dynamostore/dynamoconf"
+	"github.com/webhook-dedup/webhook-dedup/dedup/pgstore/pgconf"
+	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore/redisconf"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/providers"
-	"github.com/webhook-dedup/webhook-dedup/proxy"
-	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
-// Config is the whole configuration. Every field is one environment
-// variable; its desc tag is what -h and docs/configuration.md say about it.
+// Config is the whole configuration. Every field with an env tag is one
+// environment variable, its desc tag what -h and docs/configuration.md say
+// about it; a field without one is a store's settings, whose fields are
+// variables in the same way, owned by the store's package (Variables lists
+// them in their place).
 type Config struct {
 	UpstreamURL string `env:"UPSTREAM_URL" desc:"the app, e.g. http://127.0.0.1:3000 (required)"`
 	ListenAddr  string `env:"LISTEN_ADDR" envDefault:":8080" desc:"where webhooks arrive"`
@@ -33,57 +34,34 @@ type Config struct {
 	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE, each optionally followed by ;sync or ;async (overriding DELIVERY); longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
 
 	// Delivery and the async workers' settings (validated in completeDelivery).
-	Delivery             proxy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
-	DeliveryConcurrency  int                `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process, per async route (a route whose app hangs holds none of another's), and as many more taken from the queue ahead of them, so that a worker goes on with the next at once"`
-	QueueMaxDepth        int                `env:"QUEUE_MAX_DEPTH" envDefault:"100000" desc:"events waiting for delivery from which a first-seen webhook of an async route is answered 503 queue-full with Retry-After (duplicates are still answered); checked by the store as it enqueues: exactly on DATA_DIR and Redis, on PostgreSQL up to what other replicas queued since this one last read the depth (docs/delivery.md); 0: no bound"`
-	AsyncStatus          int                `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
-	RetryInitialInterval time.Duration      `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
-	RetryMaxInterval     time.Duration      `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
-	RetryMaxAttempts     int                `env:"RETRY_MAX_ATTEMPTS" desc:"attempts, the first included, before an event is dead-lettered; empty: no cap, an event is retried until RETRY_MAX_AGE (the knob for how long to keep trying)"`
-	RetryMaxAge          time.Duration      `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
-	DeadLetterTTL        time.Duration      `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
+	Delivery             policy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
+	DeliveryConcurrency  int                 `env:"DELIVERY_CONCURRENCY" envDefault:"16" desc:"most background delivery attempts at once in this process, per async route (a route whose app hangs holds none of another's), and as many more taken from the queue ahead of them, so that a worker goes on with the next at once"`
+	QueueMaxDepth        int                 `env:"QUEUE_MAX_DEPTH" envDefault:"100000" desc:"events waiting for delivery from which a first-seen webhook of an async route is answered 503 queue-full with Retry-After (duplicates are still answered); checked by the store as it enqueues: exactly on DATA_DIR and Redis, on PostgreSQL up to what other replicas queued since this one last read the depth (docs/delivery.md); 0: no bound"`
+	AsyncStatus          int                 `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
+	RetryInitialInterval time.Duration       `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
+	RetryMaxInterval     time.Duration       `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
+	RetryMaxAttempts     int                 `env:"RETRY_MAX_ATTEMPTS" desc:"attempts, the first included, before an event is dead-lettered; empty: no cap, an event is retried until RETRY_MAX_AGE (the knob for how long to keep trying)"`
+	RetryMaxAge          time.Duration       `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
+	DeadLetterTTL        time.Duration       `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
 	// Resign and AllowUnverifiedAsync are validated in completeVerified.
 	Resign               string `env:"RESIGN" envDefault:"auto" desc:"auto: each background attempt of an event whose preset signs a timestamp in a header (Stripe, Standard Webhooks, Slack, Paddle, Twitch, Zoom, Zendesk, GitLab signing tokens) carries a fresh timestamp and signature, made with the first of the preset's secrets, so the app's own 5-minute check passes however late the retry; off: the headers as received"`
 	AllowUnverifiedAsync bool   `env:"ALLOW_UNVERIFIED_ASYNC" envDefault:"false" desc:"let an async route accept a preset's webhooks without verifying their signatures (its secret not set, or PayPal, Adyen, Mailgun); without it that is a configuration error: a forged request carrying a real event ID would be queued and the genuine event answered as a duplicate the app never sees"`
 
-	RedisURL  string `env:"REDIS_URL" desc:"redis://, rediss:// or unix:// URL; empty (and no REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): embedded in-memory store, one replica only"`
-	DataDir   string `env:"DATA_DIR" desc:"directory of the embedded store's file (webhook-dedup.db), kept across restarts; created if missing; instead of Redis; one replica only"`
+	// The stores' settings, each owned by its store: its variables, their
+	// defaults and help, and its validation (its Complete, run by
+	// completeStores).
+	Redis redisconf.Settings
+	Disk  diskconf.Settings
+
 	KeyPrefix string `env:"KEY_PREFIX" envDefault:"webhook-dedup:" desc:"prefix of every store key"`
 	AppName   string `env:"APP_NAME" desc:"this deployment's identity, kept with its records (Redis: KEY_PREFIX + owner; PostgreSQL: the owners table): a sidecar finding its KEY_PREFIX owned by another APP_NAME refuses to start; empty: no check"`
 
-	// Redis beyond one server: cluster, Sentinel, credentials, TLS, pool,
-	// timeouts and replication safety (validated by completeRedis).
-	RedisClusterAddrs     []string      `env:"REDIS_CLUSTER_ADDRS" desc:"comma-separated host:port seeds of a Redis Cluster (instead of REDIS_URL)"`
-	RedisSentinelAddrs    []string      `env:"REDIS_SENTINEL_ADDRS" desc:"comma-separated host:port of the Sentinels watching REDIS_SENTINEL_MASTER (instead of REDIS_URL)"`
-	RedisSentinelMaster   string        `env:"REDIS_SENTINEL_MASTER" desc:"the master's name in the Sentinels' configuration (required with REDIS_SENTINEL_ADDRS)"`
-	RedisSentinelUsername string        `env:"REDIS_SENTINEL_USERNAME" desc:"ACL username for the Sentinels; empty: none"`
-	RedisSentinelPassword string        `env:"REDIS_SENTINEL_PASSWORD" desc:"password for the Sentinels; empty: none"`
-	RedisUsername         string        `env:"REDIS_USERNAME" desc:"ACL username for Redis; empty: the URL's, or the default user"`
-	RedisPassword         string        `env:"REDIS_PASSWORD" desc:"password for Redis; empty: the URL's, or none"`
-	RedisPasswordFile     string        `env:"REDIS_PASSWORD_FILE" desc:"file holding the Redis password (a mounted Secret), read at start and trimmed; instead of REDIS_PASSWORD"`
-	RedisTLS              bool          `env:"REDIS_TLS" envDefault:"false" desc:"TLS to the cluster nodes or the Sentinels and their servers (for REDIS_URL, write rediss://)"`
-	RedisTLSCAFile        string        `env:"REDIS_TLS_CA_FILE" desc:"PEM CA certificates that sign the Redis servers' certificates; empty: the system's roots"`
-	RedisTLSCertFile      string        `env:"REDIS_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS (with REDIS_TLS_KEY_FILE)"`
-	RedisTLSKeyFile       string        `env:"REDIS_TLS_KEY_FILE" desc:"PEM private key of REDIS_TLS_CERT_FILE"`
-	RedisTLSServerName    string        `env:"REDIS_TLS_SERVER_NAME" desc:"name every Redis certificate must carry; empty: the host dialled"`
-	RedisPoolSize         int           `env:"REDIS_POOL_SIZE" envDefault:"0" desc:"most connections to each Redis server; 0: ten per CPU"`
-	RedisDialTimeout      time.Duration `env:"REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"limit on opening a connection to Redis"`
-	RedisTimeout          time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, the wait for a pooled connection included; at most UPSTREAM_TIMEOUT/4; empty: STORE_TIMEOUT"`
-	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
-	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
-	RedisCheckInterval    time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`
+	Postgres pgconf.Settings
+	// The cache in front of any store (validated by completeCache).
+	CacheSize int           `env:"CACHE_SIZE" envDefault:"0" desc:"completed records kept in this process's memory, answering their duplicates without the store; 0: no cache"`
+	CacheTTL  time.Duration `env:"CACHE_TTL" envDefault:"1m" desc:"longest a record stays cached (a forget on another replica is seen within it)"`
 
-	// PostgreSQL and the cache in front of any store (validated by
-	// completePostgres).
-	DatabaseURL         string        `env:"DATABASE_URL" desc:"postgres:// URL of the PostgreSQL database that keeps the records and the async queue (instead of REDIS_URL)"`
-	DatabaseAutoMigrate bool          `env:"DATABASE_AUTO_MIGRATE" envDefault:"true" desc:"create the PostgreSQL tables at start when missing; false: expect them (webhook-dedup migrate)"`
-	DatabaseTablePrefix string        `env:"DATABASE_TABLE_PREFIX" envDefault:"webhook_dedup_" desc:"start of the PostgreSQL tables' names: lower-case letters, digits and _, at most 40"`
-	PruneInterval       time.Duration `env:"PRUNE_INTERVAL" envDefault:"1m" desc:"how often expired rows are deleted from PostgreSQL, in small batches"`
-	CacheSize           int           `env:"CACHE_SIZE" envDefault:"0" desc:"completed records kept in this process's memory, answering their duplicates without the store; 0: no cache"`
-	CacheTTL            time.Duration `env:"CACHE_TTL" envDefault:"1m" desc:"longest a record stays cached (a forget on another replica is seen within it)"`
-
-	// Amazon DynamoDB (validated by completeDynamoDB).
-	DynamoDBTable string `env:"DYNAMODB_TABLE" desc:"Amazon DynamoDB table of the records (string partition key pk, TTL attribute expires_at; webhook-dedup migrate creates it), instead of REDIS_URL; region, credentials and endpoint from the AWS SDK's environment (AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB, …); sync delivery only"`
+	DynamoDB dynamoconf.Settings
 
 	StoreTimeout time.Duration `env:"STORE_TIMEOUT" desc:"limit on each store operation, retries included; at most UPSTREAM_TIMEOUT/4; empty: 1s or UPSTREAM_TIMEOUT/4, whichever is less (for Redis, REDIS_TIMEOUT wins where set)"`
 
@@ -95,8 +73,8 @@ type Config struct {
 	// derived from the memory limit when serving.
 	MaxBufferedBytes int64 `env:"MAX_BUFFERED_BYTES" desc:"most memory the bodies of all requests being read may take at once; beyond it, a request that must read its body gets 503 with Retry-After; at least MAX_BODY_BYTES; empty: a quarter of the container's memory limit (cgroup), or 256 MiB without one; unless GOMEMLIMIT is set, the Go runtime's soft memory limit is derived from it"`
 
-	OnStoreError proxy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
-	OnMissingID  proxy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
+	OnStoreError policy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
+	OnMissingID  policy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`
 
 	SignatureTolerance   time.Duration `env:"SIGNATURE_TOLERANCE" envDefault:"5m" desc:"allowed age (and future skew) of a signed timestamp"`
 	DedupBodyFingerprint bool          `env:"DEDUP_BODY_FINGERPRINT" envDefault:"false" desc:"also treat a body already completed within the TTL as a duplicate"`
@@ -142,7 +120,7 @@ type RouteSpec struct {
 	// Delivery is the route's mode: the ";sync" or ";async" after its
 	// source, or else DELIVERY (filled in by Load; ParseRoutes leaves it
 	// SyncDelivery when Override is false).
-	Delivery proxy.DeliveryMode
+	Delivery policy.DeliveryMode
 	// Override is true when the route names its own mode.
 	Override bool
 }
@@ -161,7 +139,7 @@ func LoadForStore(environ map[string]string) (*Config, error) {
 }
 
 // Rule is a check of the configuration that needs what this package does
-// not know, such as what the chosen store can do (internal/stores). Load
+// not know, such as what the chosen store can do (internal/app/stores). Load
 // runs it after its own checks, whatever they found, so that its problems
 // are listed with the others rather than after they are fixed. c is the
 // configuration as far as it parsed: a field whose variable did not parse
@@ -280,26 +258,17 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 			bad("ADMIN_ADDR", "%s takes the port of LISTEN_ADDR (%s): give each its own", c.AdminAddr, c.ListenAddr)
 		}
 	}
-	if c.RedisURL != "" {
-		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
-			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL")
-		}
-	}
-	c.RedisClusterAddrs = splitList(strings.Join(c.RedisClusterAddrs, ","))
-	c.RedisSentinelAddrs = splitList(strings.Join(c.RedisSentinelAddrs, ","))
 	c.Store = c.chooseStore(bad)
 	c.completeStoreTimeout(bad)
-	c.completeRedis(bad)
-	c.completeDynamoDB(bad)
-	c.completePostgres(bad)
+	c.completeStores(bad)
+	c.completeCache(bad)
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = upstream.DefaultLease(c.UpstreamTimeout)
+		c.LeaseTTL = policy.DefaultLease(c.UpstreamTimeout)
 	}
 	positive := []struct {
 		name string
 		d    time.Duration
 	}{
-		{"REDIS_CHECK_INTERVAL", c.RedisCheckInterval},
 		{"UPSTREAM_TIMEOUT", c.UpstreamTimeout}, {"LEASE_TTL", c.LeaseTTL},
 		{"SIGNATURE_TOLERANCE", c.SignatureTolerance}, {"READ_HEADER_TIMEOUT", c.ReadHeaderTimeout},
 		{"READ_TIMEOUT", c.ReadTimeout}, {"IDLE_TIMEOUT", c.IdleTimeout}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout},
@@ -503,7 +472,7 @@ func (c *Config) AsyncRoutes() bool { return len(c.AsyncPaths()) > 0 }
 func (c *Config) AsyncPaths() []string {
 	var paths []string
 	for _, r := range c.RouteSpecs {
-		if r.Delivery == proxy.AsyncDelivery {
+		if r.Delivery == policy.AsyncDelivery {
 			paths = append(paths, r.Path)
 		}
 	}
@@ -539,17 +508,46 @@ func namedParseErrors(err error) []parseError {
 	if !errors.As(err, &agg) {
 		return []parseError{{err: err}}
 	}
-	t := reflect.TypeOf(Config{})
 	var out []parseError
 	for _, e := range agg.Errors {
 		var pe env.ParseError
 		if errors.As(e, &pe) {
-			if f, ok := t.FieldByName(pe.Name); ok {
+			if f, ok := variableField(pe); ok {
 				out = append(out, parseError{f.Tag.Get("env"), pe.Err})
 				continue
 			}
 		}
 		out = append(out, parseError{err: e})
+	}
+	return out
+}
+
+// variableField is the field caarlos0/env could not parse: the one of that
+// name and type, in Config or in a store's settings. No two fields that
+// can fail to parse share a name and a type (TestParseErrorsNameTheVariable).
+func variableField(pe env.ParseError) (reflect.StructField, bool) {
+	for _, f := range variableFields(reflect.TypeOf(Config{})) {
+		if f.Name == pe.Name && f.Type == pe.Type {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// variableFields are the fields of t that are environment variables, in
+// declaration order, those of the stores' settings (a struct field without
+// an env tag, which caarlos0/env reads as part of Config) in their place.
+func variableFields(t reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, tagged := f.Tag.Lookup("env")
+		switch {
+		case !tagged && f.Type.Kind() == reflect.Struct:
+			out = append(out, variableFields(f.Type)...)
+		case tagged && name != "-":
+			out = append(out, f)
+		}
 	}
 	return out
 }
@@ -563,14 +561,8 @@ type Variable struct {
 // followed by the per-preset secrets and URLs.
 func Variables() []Variable {
 	var vars []Variable
-	t := reflect.TypeOf(Config{})
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name := f.Tag.Get("env")
-		if name == "" || name == "-" {
-			continue
-		}
-		vars = append(vars, Variable{Name: name, Default: f.Tag.Get("envDefault"), Description: f.Tag.Get("desc")})
+	for _, f := range variableFields(reflect.TypeOf(Config{})) {
+		vars = append(vars, Variable{Name: f.Tag.Get("env"), Default: f.Tag.Get("envDefault"), Description: f.Tag.Get("desc")})
 	}
 	for _, p := range providers.Presets() {
 		if p.SecretVar != "" {
@@ -602,138 +594,6 @@ func WriteUsage(w io.Writer) error {
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "Tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER is set, is configured by the standard OTEL_* variables, read by the OpenTelemetry SDK (docs/operations.md, Tracing).")
 	return tw.Flush()
-}
-
-// completeRedis validates the Redis settings beyond REDIS_URL, reads
-// REDIS_PASSWORD_FILE into RedisPassword and derives RedisTimeout.
-func (c *Config) completeRedis(bad func(name, format string, args ...any)) {
-	redis := c.Store.Kind == StoreRedis
-	for _, list := range []struct {
-		name  string
-		addrs []string
-	}{{"REDIS_CLUSTER_ADDRS", c.RedisClusterAddrs}, {"REDIS_SENTINEL_ADDRS", c.RedisSentinelAddrs}} {
-		for _, a := range list.addrs {
-			host, port, err := net.SplitHostPort(a)
-			if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-				bad(list.name, "%q is not host:port", a)
-			}
-		}
-	}
-	sentinel := len(c.RedisSentinelAddrs) > 0
-	if sentinel && c.RedisSentinelMaster == "" {
-		bad("REDIS_SENTINEL_MASTER", "required with REDIS_SENTINEL_ADDRS")
-	}
-	for _, v := range []struct{ name, value string }{
-		{"REDIS_SENTINEL_MASTER", c.RedisSentinelMaster},
-		{"REDIS_SENTINEL_USERNAME", c.RedisSentinelUsername},
-		{"REDIS_SENTINEL_PASSWORD", c.RedisSentinelPassword},
-	} {
-		if v.value != "" && !sentinel {
-			bad(v.name, "needs REDIS_SENTINEL_ADDRS")
-		}
-	}
-
-	var urlUser *url.Userinfo
-	if u, err := url.Parse(c.RedisURL); err == nil {
-		urlUser = u.User
-	}
-	if c.RedisPasswordFile != "" {
-		if c.RedisPassword != "" {
-			bad("REDIS_PASSWORD_FILE", "set together with REDIS_PASSWORD: choose one")
-		} else if b, err := os.ReadFile(c.RedisPasswordFile); err != nil {
-			bad("REDIS_PASSWORD_FILE", "%v", err)
-		} else if p := strings.TrimSpace(string(b)); p == "" {
-			bad("REDIS_PASSWORD_FILE", "%s is empty", c.RedisPasswordFile)
-		} else {
-			c.RedisPassword = p
-		}
-	}
-	// The same password in both is fine (a Kubernetes manifest may expand
-	// $(REDIS_PASSWORD) into REDIS_URL); two different ones are a mistake.
-	if p, ok := urlUser.Password(); ok && c.RedisPassword != "" && p != c.RedisPassword {
-		bad("REDIS_PASSWORD", "differs from the password in REDIS_URL: set one of them")
-	}
-	if u := urlUser.Username(); u != "" && c.RedisUsername != "" && u != c.RedisUsername {
-		bad("REDIS_USERNAME", "differs from the username in REDIS_URL: set one of them")
-	}
-
-	urlTLS := strings.HasPrefix(c.RedisURL, "rediss://")
-	if c.RedisTLS && c.RedisURL != "" && !urlTLS {
-		bad("REDIS_TLS", "REDIS_URL does not start with rediss://: write rediss:// for TLS")
-	}
-	tlsFiles := []struct{ name, value string }{
-		{"REDIS_TLS_CA_FILE", c.RedisTLSCAFile}, {"REDIS_TLS_CERT_FILE", c.RedisTLSCertFile},
-		{"REDIS_TLS_KEY_FILE", c.RedisTLSKeyFile}, {"REDIS_TLS_SERVER_NAME", c.RedisTLSServerName},
-	}
-	for _, f := range tlsFiles {
-		if f.value != "" && !c.RedisTLS && !urlTLS && redis {
-			bad(f.name, "TLS is off: set REDIS_TLS=true, or write rediss:// in REDIS_URL")
-		}
-	}
-	if c.RedisTLSCAFile != "" {
-		if pem, err := os.ReadFile(c.RedisTLSCAFile); err != nil {
-			bad("REDIS_TLS_CA_FILE", "%v", err)
-		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
-			bad("REDIS_TLS_CA_FILE", "%s holds no PEM certificate", c.RedisTLSCAFile)
-		}
-	}
-	switch {
-	case c.RedisTLSCertFile != "" && c.RedisTLSKeyFile == "":
-		bad("REDIS_TLS_KEY_FILE", "required with REDIS_TLS_CERT_FILE")
-	case c.RedisTLSCertFile == "" && c.RedisTLSKeyFile != "":
-		bad("REDIS_TLS_CERT_FILE", "required with REDIS_TLS_KEY_FILE")
-	case c.RedisTLSCertFile != "":
-		if _, err := tls.LoadX509KeyPair(c.RedisTLSCertFile, c.RedisTLSKeyFile); err != nil {
-			bad("REDIS_TLS_CERT_FILE", "%v", err)
-		}
-	}
-
-	if !redis {
-		// Without Redis these would be ignored in silence, and the proxy
-		// would run on the embedded store the operator did not mean.
-		redisOnly := append([]struct{ name, value string }{
-			{"REDIS_USERNAME", c.RedisUsername}, {"REDIS_PASSWORD", c.RedisPassword}, {"REDIS_PASSWORD_FILE", c.RedisPasswordFile},
-		}, tlsFiles...)
-		if c.RedisTLS {
-			redisOnly = append(redisOnly, struct{ name, value string }{"REDIS_TLS", "true"})
-		}
-		if c.RedisWaitReplicas > 0 {
-			redisOnly = append(redisOnly, struct{ name, value string }{"REDIS_WAIT_REPLICAS", strconv.Itoa(c.RedisWaitReplicas)})
-		}
-		for _, v := range redisOnly {
-			if v.value != "" {
-				bad(v.name, "set, but no Redis is configured (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS)")
-			}
-		}
-	}
-
-	if c.RedisPoolSize < 0 {
-		bad("REDIS_POOL_SIZE", "must not be negative, got %d", c.RedisPoolSize)
-	}
-	if c.RedisDialTimeout <= 0 {
-		bad("REDIS_DIAL_TIMEOUT", "must be a positive duration, got %s", c.RedisDialTimeout)
-	}
-	// Every forwarded request waits for the store before and after the
-	// app: the store must answer far sooner than the app may take.
-	limit := c.UpstreamTimeout / 4
-	switch {
-	case c.RedisTimeout == 0:
-		c.RedisTimeout = c.StoreTimeout
-	case c.RedisTimeout < 0:
-		bad("REDIS_TIMEOUT", "must be a positive duration, got %s", c.RedisTimeout)
-	case limit > 0 && c.RedisTimeout > limit:
-		bad("REDIS_TIMEOUT", "%s is more than a quarter of UPSTREAM_TIMEOUT (%s): the store must answer far sooner than the app", c.RedisTimeout, c.UpstreamTimeout)
-	}
-	if c.RedisWaitReplicas < 0 {
-		bad("REDIS_WAIT_REPLICAS", "must not be negative, got %d", c.RedisWaitReplicas)
-	}
-	if c.RedisWaitReplicas > 0 {
-		if c.RedisWaitTimeout <= 0 {
-			bad("REDIS_WAIT_TIMEOUT", "must be a positive duration, got %s", c.RedisWaitTimeout)
-		} else if c.RedisTimeout > 0 && c.RedisWaitTimeout >= c.RedisTimeout {
-			bad("REDIS_WAIT_TIMEOUT", "%s must be less than REDIS_TIMEOUT (%s), which bounds the WAIT's reply", c.RedisWaitTimeout, c.RedisTimeout)
-		}
-	}
 }
 
 // completeBuffered validates the bounds on what clients may hold:

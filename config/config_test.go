@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/webhook-dedup/webhook-dedup/proxy"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 )
 
 func base() map[string]string {
@@ -19,7 +19,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if cfg.ListenAddr != ":8080" || cfg.AdminAddr != ":9090" || cfg.KeyPrefix != "webhook-dedup:" ||
 		cfg.UpstreamTimeout != 30*time.Second || cfg.LeaseTTL != 45*time.Second || cfg.MaxBodyBytes != 10485760 ||
-		cfg.OnStoreError != proxy.RejectOnStoreError || cfg.OnMissingID != proxy.ForwardMissingID || cfg.SignatureTolerance != 5*time.Minute ||
+		cfg.OnStoreError != policy.RejectOnStoreError || cfg.OnMissingID != policy.ForwardMissingID || cfg.SignatureTolerance != 5*time.Minute ||
 		cfg.InflightStatus != 409 || cfg.ReplayMaxBytes != 65536 || cfg.ShutdownTimeout != 25*time.Second {
 		t.Fatalf("defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}
@@ -134,11 +134,11 @@ func TestParseRoutes(t *testing.T) {
 func TestRouteDeliveryModes(t *testing.T) {
 	for _, tc := range []struct {
 		name, delivery, routes string
-		want                   []proxy.DeliveryMode
+		want                   []policy.DeliveryMode
 	}{
-		{"default sync", "", "/a=github,/b=stripe", []proxy.DeliveryMode{proxy.SyncDelivery, proxy.SyncDelivery}},
-		{"async under a sync default", "sync", "/a=github;async,/b=stripe", []proxy.DeliveryMode{proxy.AsyncDelivery, proxy.SyncDelivery}},
-		{"sync under an async default", "async", "/a=github ; sync,/b=stripe", []proxy.DeliveryMode{proxy.SyncDelivery, proxy.AsyncDelivery}},
+		{"default sync", "", "/a=github,/b=stripe", []policy.DeliveryMode{policy.SyncDelivery, policy.SyncDelivery}},
+		{"async under a sync default", "sync", "/a=github;async,/b=stripe", []policy.DeliveryMode{policy.AsyncDelivery, policy.SyncDelivery}},
+		{"sync under an async default", "async", "/a=github ; sync,/b=stripe", []policy.DeliveryMode{policy.SyncDelivery, policy.AsyncDelivery}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := base()
@@ -166,7 +166,7 @@ func TestAsyncDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Delivery != proxy.SyncDelivery || cfg.DeliveryConcurrency != 16 || cfg.AsyncStatus != 202 ||
+	if cfg.Delivery != policy.SyncDelivery || cfg.DeliveryConcurrency != 16 || cfg.AsyncStatus != 202 ||
 		cfg.RetryInitialInterval != time.Second || cfg.RetryMaxInterval != 10*time.Minute || cfg.RetryMaxAttempts != 0 ||
 		cfg.RetryMaxAge != 72*time.Hour || cfg.DeadLetterTTL != 168*time.Hour {
 		t.Fatalf("async defaults differ from the documented ones (docs/configuration.md): %+v", cfg)

@@ -29,7 +29,6 @@ func TestDynamoDBErrorsNameTheVariable(t *testing.T) {
 	}{
 		{"with Redis", map[string]string{"REDIS_URL": "redis://r:6379", "DYNAMODB_TABLE": "t-1"}, "DYNAMODB_TABLE: set together with REDIS_URL"},
 		{"bad name", map[string]string{"DYNAMODB_TABLE": "a b"}, `DYNAMODB_TABLE: "a b" is not a table name`},
-		{"short name", map[string]string{"DYNAMODB_TABLE": "ab"}, "DYNAMODB_TABLE"},
 		{"replay larger than an item", map[string]string{"DYNAMODB_TABLE": "t-1", "REPLAY_MAX_BYTES": "400000"}, "REPLAY_MAX_BYTES: 400000 is more than DynamoDB's items hold"},
 		{"Redis settings without Redis", map[string]string{"DYNAMODB_TABLE": "t-1", "REDIS_PASSWORD": "x"}, "REDIS_PASSWORD: set, but no Redis is configured"},
 	} {
@@ -72,8 +71,8 @@ func TestStoreTimeout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.StoreTimeout != tc.store || c.RedisTimeout != tc.redis {
-				t.Errorf("StoreTimeout %s, RedisTimeout %s; want %s, %s", c.StoreTimeout, c.RedisTimeout, tc.store, tc.redis)
+			if c.StoreTimeout != tc.store || c.Redis.Timeout != tc.redis {
+				t.Errorf("StoreTimeout %s, RedisTimeout %s; want %s, %s", c.StoreTimeout, c.Redis.Timeout, tc.store, tc.redis)
 			}
 		})
 	}

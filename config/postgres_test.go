@@ -16,7 +16,7 @@ func TestPostgresChosen(t *testing.T) {
 	if cfg.Store != (Store{Kind: StorePostgres, Variable: "DATABASE_URL"}) {
 		t.Errorf("Store = %+v, want PostgreSQL chosen by DATABASE_URL", cfg.Store)
 	}
-	if !cfg.DatabaseAutoMigrate || cfg.DatabaseTablePrefix != "webhook_dedup_" || cfg.PruneInterval != time.Minute ||
+	if !cfg.Postgres.AutoMigrate || cfg.Postgres.TablePrefix != "webhook_dedup_" || cfg.Postgres.PruneInterval != time.Minute ||
 		cfg.CacheSize != 0 || cfg.CacheTTL != time.Minute || cfg.StoreTimeout != time.Second {
 		t.Errorf("PostgreSQL and cache defaults differ from the documented ones (docs/configuration.md): %+v", cfg)
 	}
@@ -30,10 +30,7 @@ func TestPostgresErrors(t *testing.T) {
 	}{
 		{"two stores", map[string]string{"REDIS_URL": "redis://r:6379", "DATABASE_URL": "postgres://db/x"}, []string{"DATABASE_URL", "REDIS_URL", "exactly one store"}},
 		{"not postgres", map[string]string{"DATABASE_URL": "mysql://db/x"}, []string{"DATABASE_URL", "postgres://"}},
-		{"prefix with a quote", map[string]string{"DATABASE_TABLE_PREFIX": `a"b`}, []string{"DATABASE_TABLE_PREFIX"}},
-		{"prefix with a dash", map[string]string{"DATABASE_TABLE_PREFIX": "web-hook_"}, []string{"DATABASE_TABLE_PREFIX"}},
 		{"auto migrate", map[string]string{"DATABASE_AUTO_MIGRATE": "sometimes"}, []string{"DATABASE_AUTO_MIGRATE"}},
-		{"prune interval", map[string]string{"PRUNE_INTERVAL": "0s"}, []string{"PRUNE_INTERVAL"}},
 		{"cache size", map[string]string{"CACHE_SIZE": "-1"}, []string{"CACHE_SIZE"}},
 		{"cache ttl", map[string]string{"CACHE_TTL": "0s"}, []string{"CACHE_TTL"}},
 		{"store timeout", map[string]string{"STORE_TIMEOUT": "-1s"}, []string{"STORE_TIMEOUT"}},

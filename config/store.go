@@ -1,8 +1,9 @@
 package config
 
 import (
-	"os"
 	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/setting"
 )
 
 // StoreKind names the store that keeps the records.
@@ -12,7 +13,7 @@ type StoreKind string
 const (
 	// StoreMemory is the embedded store in process memory: nothing configured.
 	StoreMemory StoreKind = "memory"
-	// StoreRedis is Redis, reached in the way Store.RedisMode says.
+	// StoreRedis is Redis, reached in the way Redis.Mode() says.
 	StoreRedis StoreKind = "redis"
 	// StoreDynamoDB is an Amazon DynamoDB table: DYNAMODB_TABLE.
 	StoreDynamoDB StoreKind = "dynamodb"
@@ -22,37 +23,24 @@ const (
 	StorePostgres StoreKind = "postgres"
 )
 
-// RedisMode is how Redis is reached.
-type RedisMode string
-
-// The ways to reach Redis, each chosen by its own variable.
-const (
-	RedisStandalone RedisMode = "standalone" // REDIS_URL
-	RedisCluster    RedisMode = "cluster"    // REDIS_CLUSTER_ADDRS
-	RedisSentinel   RedisMode = "sentinel"   // REDIS_SENTINEL_ADDRS
-)
-
 // Store is the store chosen by what is configured.
 type Store struct {
 	Kind StoreKind
 	// Variable is the environment variable that chose Kind, for messages;
 	// empty for StoreMemory.
 	Variable string
-	// RedisMode is set when Kind is StoreRedis.
-	RedisMode RedisMode
 }
 
 // StoreChoices are the ways of configuring a store, each by its own
 // variable, in the order messages list them.
 func StoreChoices() []Store {
-	return []Store{
-		{StoreRedis, "REDIS_URL", RedisStandalone},
-		{StoreRedis, "REDIS_CLUSTER_ADDRS", RedisCluster},
-		{StoreRedis, "REDIS_SENTINEL_ADDRS", RedisSentinel},
-		{Kind: StoreDynamoDB, Variable: "DYNAMODB_TABLE"},
-		{Kind: StoreDisk, Variable: "DATA_DIR"},
-		{Kind: StorePostgres, Variable: "DATABASE_URL"},
+	var choices []Store
+	for _, st := range new(Config).stores() {
+		for _, ch := range st.settings.Choices() {
+			choices = append(choices, Store{st.kind, ch.Variable})
+		}
 	}
+	return choices
 }
 
 // chooseStore decides which store runs: the one whose variable is set, or
@@ -60,18 +48,12 @@ func StoreChoices() []Store {
 // reported naming both: the proxy would otherwise keep its records where
 // the operator did not mean.
 func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
-	set := map[string]bool{
-		"REDIS_URL":            c.RedisURL != "",
-		"REDIS_CLUSTER_ADDRS":  len(c.RedisClusterAddrs) > 0,
-		"REDIS_SENTINEL_ADDRS": len(c.RedisSentinelAddrs) > 0,
-		"DYNAMODB_TABLE":       c.DynamoDBTable != "",
-		"DATA_DIR":             c.DataDir != "",
-		"DATABASE_URL":         c.DatabaseURL != "",
-	}
 	var chosen []Store
-	for _, st := range StoreChoices() {
-		if set[st.Variable] {
-			chosen = append(chosen, st)
+	for _, st := range c.stores() {
+		for _, ch := range st.settings.Choices() {
+			if ch.Set {
+				chosen = append(chosen, Store{st.kind, ch.Variable})
+			}
 		}
 	}
 	if len(chosen) == 0 {
@@ -80,28 +62,53 @@ func (c *Config) chooseStore(bad func(name, format string, args ...any)) Store {
 	for _, other := range chosen[1:] {
 		bad(other.Variable, "set together with %s: configure exactly one store", chosen[0].Variable)
 	}
-	if chosen[0].Kind == StoreDisk {
-		if err := writableDir(c.DataDir); err != nil {
-			bad("DATA_DIR", "%s is not a directory this process can write in: %v", c.DataDir, err)
-		}
-	}
 	return chosen[0]
 }
 
-// writableDir makes sure dir is a directory this process can create files
-// in, creating it (and its parents) if missing: the store's file is opened
-// later, and a read-only volume had better be reported now, naming DATA_DIR.
-func writableDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+// storeSettings is one store's settings, beside the kind it configures.
+type storeSettings struct {
+	kind     StoreKind
+	settings interface {
+		// Choices are the variables that choose the store, in the
+		// order messages list them.
+		Choices() []setting.Choice
+		// Complete validates the settings, and fills in what they
+		// derive.
+		Complete(setting.Scope) setting.Problems
 	}
-	f, err := os.CreateTemp(dir, ".webhook-dedup-write-test-*")
-	if err != nil {
-		return err
+}
+
+// stores are the stores' settings, in the order messages list the
+// variables that choose them: adding a store adds its line.
+func (c *Config) stores() []storeSettings {
+	return []storeSettings{{StoreRedis, &c.Redis}, {StoreDynamoDB, &c.DynamoDB}, {StoreDisk, &c.Disk}, {StorePostgres, &c.Postgres}}
+}
+
+// completeStores runs each store's own validation (its settings'
+// Complete), whether or not it is the one chosen: each decides what it
+// checks of a store not chosen.
+func (c *Config) completeStores(bad func(name, format string, args ...any)) {
+	for _, st := range c.stores() {
+		scope := setting.Scope{
+			Chosen:          c.Store.Kind == st.kind,
+			StoreTimeout:    c.StoreTimeout,
+			UpstreamTimeout: c.UpstreamTimeout,
+			ReplayMaxBytes:  c.ReplayMaxBytes,
+		}
+		for _, p := range st.settings.Complete(scope) {
+			bad(p.Variable, "%s", p.Message)
+		}
 	}
-	name := f.Name()
-	_ = f.Close()
-	return os.Remove(name)
+}
+
+// completeCache validates the cache in front of any store.
+func (c *Config) completeCache(bad func(name, format string, args ...any)) {
+	if c.CacheSize < 0 {
+		bad("CACHE_SIZE", "must not be negative, got %d", c.CacheSize)
+	}
+	if c.CacheTTL <= 0 {
+		bad("CACHE_TTL", "must be a positive duration, got %s", c.CacheTTL)
+	}
 }
 
 // completeStoreTimeout derives STORE_TIMEOUT. Every forwarded request waits

@@ -3,8 +3,8 @@ package config
 import (
 	"errors"
 
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/providers"
-	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
 
 // RESIGN's values.
@@ -19,7 +19,7 @@ const (
 // the senders whose signatures it verifies.
 func (c *Config) SourceOptions(spec RouteSpec) providers.Options {
 	o := c.ProviderOptions()
-	o.VerifiedOnly = spec.Delivery == proxy.AsyncDelivery && !c.AllowUnverifiedAsync
+	o.VerifiedOnly = spec.Delivery == policy.AsyncDelivery && !c.AllowUnverifiedAsync
 	return o
 }
 
@@ -44,7 +44,7 @@ func (c *Config) completeVerified(bad func(name, format string, args ...any)) {
 		case err != nil:
 			bad("ROUTES", "%s=%s: %v", spec.Path, spec.Source, err)
 			continue
-		case spec.Delivery != proxy.AsyncDelivery || c.AllowUnverifiedAsync:
+		case spec.Delivery != policy.AsyncDelivery || c.AllowUnverifiedAsync:
 			continue
 		}
 		for _, p := range src.Unverified() {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
@@ -106,7 +107,7 @@ type Config struct {
 	UpstreamTimeout time.Duration
 	// Lease is how long a taken delivery is ours before another worker
 	// may take it over; it must exceed UpstreamTimeout. If zero,
-	// upstream.DefaultLease(UpstreamTimeout).
+	// policy.DefaultLease(UpstreamTimeout).
 	Lease time.Duration
 	// InitialInterval and MaxInterval bound the backoff: the n-th retry
 	// waits a random time up to InitialInterval·2ⁿ⁻¹, at most
@@ -187,7 +188,7 @@ func New(cfg Config) *Workers {
 		cfg.UpstreamTimeout = upstream.DefaultTimeout
 	}
 	if cfg.Lease == 0 {
-		cfg.Lease = upstream.DefaultLease(cfg.UpstreamTimeout)
+		cfg.Lease = policy.DefaultLease(cfg.UpstreamTimeout)
 	}
 	if cfg.InitialInterval == 0 {
 		cfg.InitialInterval = time.Second

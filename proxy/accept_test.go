@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
@@ -152,7 +153,7 @@ func TestAsyncStoreDown(t *testing.T) {
 
 	q2 := newQueueStore(t)
 	q2.down.Store(true)
-	open := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q2, Queue: q2, OnStoreError: proxy.ForwardOnStoreError})
+	open := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q2, Queue: q2, OnStoreError: policy.ForwardOnStoreError})
 	resp = open.post(t, "/hooks", map[string]string{"X-Id": "e1"}, "body")
 	if resp.StatusCode != 200 || resp.Header.Get(proxy.HeaderOutcome) != "forwarded-unchecked" || open.up.last(t).body != "body" {
 		t.Errorf("store down, ON_STORE_ERROR=forward: %d %q", resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 )
 
 // HeaderOutcome is the response header naming what the proxy did.
@@ -72,7 +73,7 @@ func (h *Handler) inFlight(w http.ResponseWriter, wh *webhook, rec dedup.Record)
 // storeUnavailable answers a webhook whose store call failed: 503, or with
 // ForwardOnStoreError, the upstream's answer, unchecked.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, wh *webhook, err error) result {
-	if h.cfg.OnStoreError == ForwardOnStoreError {
+	if h.cfg.OnStoreError == policy.ForwardOnStoreError {
 		return h.forward(w, r, wh, outcomeForwardedUnchecked, nil).because(err)
 	}
 	w.Header().Set("Retry-After", storeErrorRetryAfter)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
@@ -259,7 +260,7 @@ func TestStoreUnavailable(t *testing.T) {
 		}
 	})
 	t.Run("forward", func(t *testing.T) {
-		f := newFixture(t, "/gh=github", proxy.Config{Store: brokenStore{}, OnStoreError: proxy.ForwardOnStoreError})
+		f := newFixture(t, "/gh=github", proxy.Config{Store: brokenStore{}, OnStoreError: policy.ForwardOnStoreError})
 		resp := f.post(t, "/gh", gh("s2"), "{}")
 		wantAnswer(t, resp, http.StatusOK, "forwarded-unchecked")
 		if f.up.calls.Load() != 1 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -113,7 +114,7 @@ func newWrappedFixture(t *testing.T, routes string, cfg proxy.Config, wrap func(
 	for _, entry := range strings.Split(routes, ",") {
 		path, spec, _ := strings.Cut(entry, "=")
 		spec, mode, _ := strings.Cut(spec, ";")
-		var delivery proxy.DeliveryMode
+		var delivery policy.DeliveryMode
 		if mode != "" {
 			if err := delivery.UnmarshalText([]byte(mode)); err != nil {
 				t.Fatal(err)

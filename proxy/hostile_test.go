@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -329,12 +330,12 @@ func hdr(kv ...string) http.Header {
 func TestHostileMalformedJSON(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		onMissing proxy.MissingIDPolicy
+		onMissing policy.MissingIDPolicy
 		status    int
 		outcome   string
 	}{
-		{"default: forwarded unchecked", proxy.ForwardMissingID, 200, "forwarded-unchecked"},
-		{"ON_MISSING_ID=reject: 400", proxy.RejectMissingID, 400, "missing-id"},
+		{"default: forwarded unchecked", policy.ForwardMissingID, 200, "forwarded-unchecked"},
+		{"ON_MISSING_ID=reject: 400", policy.RejectMissingID, 400, "missing-id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newHostile(t, "/stripe=stripe,/json=json:data.id", providers.Options{}, proxy.Config{OnMissingID: tc.onMissing})
@@ -356,9 +357,9 @@ func TestHostileMalformedJSON(t *testing.T) {
 			}
 			f.expectUntouched(t, "malformed JSON")
 			processed, _ := f.up.seen()
-			if want := 2 * len(bodies); tc.onMissing == proxy.ForwardMissingID && len(processed) != want {
+			if want := 2 * len(bodies); tc.onMissing == policy.ForwardMissingID && len(processed) != want {
 				t.Errorf("the app processed %d requests, want %d", len(processed), want)
-			} else if tc.onMissing == proxy.RejectMissingID && len(processed) != 0 {
+			} else if tc.onMissing == policy.RejectMissingID && len(processed) != 0 {
 				t.Errorf("the app processed %d rejected requests", len(processed))
 			}
 		})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
@@ -74,7 +75,7 @@ type Config struct {
 	// UpstreamTimeout bounds each forwarded request. If zero, 30s.
 	UpstreamTimeout time.Duration
 	// LeaseTTL is the lifetime of a claim. If zero,
-	// upstream.DefaultLease(UpstreamTimeout).
+	// policy.DefaultLease(UpstreamTimeout).
 	LeaseTTL time.Duration
 	// MaxBodyBytes bounds a body the proxy must hold. If zero, 10 MiB.
 	MaxBodyBytes int64
@@ -84,10 +85,10 @@ type Config struct {
 	MaxBuffered int64
 	// OnStoreError is what a webhook gets while the store is unreachable.
 	// If zero, RejectOnStoreError.
-	OnStoreError StoreErrorPolicy
+	OnStoreError policy.StoreErrorPolicy
 	// OnMissingID is what a webhook without an event ID gets. If zero,
 	// ForwardMissingID.
-	OnMissingID MissingIDPolicy
+	OnMissingID policy.MissingIDPolicy
 	// BodyFingerprint also treats a body already completed as a duplicate.
 	BodyFingerprint bool
 	// ReplayResponse answers duplicates with the original response.
@@ -176,7 +177,7 @@ func New(cfg Config) (*Handler, error) {
 		missing = append(missing, fmt.Errorf("%w: Metrics is nil", ErrConfig))
 	}
 	for _, rt := range cfg.Routes {
-		if rt.Delivery == AsyncDelivery && cfg.Queue == nil {
+		if rt.Delivery == policy.AsyncDelivery && cfg.Queue == nil {
 			missing = append(missing, fmt.Errorf("%w: Queue is nil, and route %s is async", ErrConfig, rt.Path))
 			break
 		}
@@ -188,7 +189,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.UpstreamTimeout = upstream.DefaultTimeout
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = upstream.DefaultLease(cfg.UpstreamTimeout)
+		cfg.LeaseTTL = policy.DefaultLease(cfg.UpstreamTimeout)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 10 << 20

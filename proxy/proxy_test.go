@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -331,17 +332,17 @@ func TestMissingAndInvalidIDs(t *testing.T) {
 	long := strings.Repeat("x", providers.MaxIDLen+1)
 	for _, tc := range []struct {
 		name      string
-		onMissing proxy.MissingIDPolicy
+		onMissing policy.MissingIDPolicy
 		header    map[string]string
 		status    int
 		outcome   string
 		forwarded bool
 	}{
-		{"missing, forward", proxy.ForwardMissingID, nil, 200, "forwarded-unchecked", true},
-		{"missing, reject", proxy.RejectMissingID, nil, 400, "missing-id", false},
-		{"empty, reject", proxy.RejectMissingID, gh("   "), 400, "missing-id", false},
-		{"too long", proxy.ForwardMissingID, gh(long), 400, "invalid-id", false},
-		{"control character", proxy.ForwardMissingID, gh("a\tb"), 400, "invalid-id", false},
+		{"missing, forward", policy.ForwardMissingID, nil, 200, "forwarded-unchecked", true},
+		{"missing, reject", policy.RejectMissingID, nil, 400, "missing-id", false},
+		{"empty, reject", policy.RejectMissingID, gh("   "), 400, "missing-id", false},
+		{"too long", policy.ForwardMissingID, gh(long), 400, "invalid-id", false},
+		{"control character", policy.ForwardMissingID, gh("a\tb"), 400, "invalid-id", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, "/gh=github", proxy.Config{OnMissingID: tc.onMissing})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 )
 
@@ -21,7 +22,7 @@ type Route struct {
 	Source *providers.Source
 	// Delivery is how the route's first-seen webhooks reach the app. If
 	// zero, SyncDelivery.
-	Delivery DeliveryMode
+	Delivery policy.DeliveryMode
 }
 
 // routeTable finds the longest matching prefix. Routes are few, so a sorted

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 )
 
@@ -88,7 +89,7 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 		return res
 	}
 	// An async route keeps the whole body for its background delivery.
-	if wh.ext.NeedsBody || h.cfg.BodyFingerprint || wh.route.Delivery == AsyncDelivery {
+	if wh.ext.NeedsBody || h.cfg.BodyFingerprint || wh.route.Delivery == policy.AsyncDelivery {
 		buf, err := h.readBody(w, r)
 		defer h.putBody(buf)
 		if err != nil {
@@ -113,7 +114,7 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 	switch {
 	case errors.Is(err, providers.ErrNotEvent):
 		return h.forward(w, r, wh, outcomeForwardedUnchecked, nil)
-	case errors.Is(err, providers.ErrNoID) && h.cfg.OnMissingID == RejectMissingID:
+	case errors.Is(err, providers.ErrNoID) && h.cfg.OnMissingID == policy.RejectMissingID:
 		return h.answer(w, wh.id, http.StatusBadRequest, outcomeMissingID, "no event ID found", err)
 	case errors.Is(err, providers.ErrNoID):
 		return h.forward(w, r, wh, outcomeForwardedUnchecked, nil).because(err)
@@ -129,7 +130,7 @@ func (h *Handler) handleWebhook(w http.ResponseWriter, r *http.Request, wh *webh
 			return res
 		}
 	}
-	if wh.route.Delivery == AsyncDelivery {
+	if wh.route.Delivery == policy.AsyncDelivery {
 		return h.accept(w, r, wh)
 	}
 	return h.claimAndForward(w, r, wh)

@@ -50,7 +50,7 @@ func (p *proxy) bounds() bounds {
 // storeOp bounds one store operation, retries included: STORE_TIMEOUT, or
 // REDIS_TIMEOUT where that is longer.
 func (b bounds) storeOp() time.Duration {
-	return max(b.cfg.StoreTimeout, b.cfg.RedisTimeout)
+	return max(b.cfg.StoreTimeout, b.cfg.Redis.Timeout)
 }
 
 // claimed bounds how long a webhook takes to be claimed, one store
@@ -87,9 +87,9 @@ func (b bounds) observed() time.Duration {
 	var check time.Duration
 	switch b.cfg.Store.Kind {
 	case config.StoreRedis:
-		check = b.cfg.RedisCheckInterval
+		check = b.cfg.Redis.CheckInterval
 	case config.StorePostgres:
-		check = b.cfg.PruneInterval
+		check = b.cfg.Postgres.PruneInterval
 	}
 	return b.storeOp() + logFlush + check + loadMargin
 }

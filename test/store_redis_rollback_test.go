@@ -39,7 +39,7 @@ func TestRedisRollbackDetected(t *testing.T) {
 	queueEvents(t, px, stripe, 2)
 	// The monitor moves its clock once each REDIS_CHECK_INTERVAL.
 	b := px.bounds()
-	await(t, 3*b.cfg.RedisCheckInterval+b.observed(), func() error {
+	await(t, 3*b.cfg.Redis.CheckInterval+b.observed(), func() error {
 		if n, err := raw.Get(ctx, clock).Int64(); err != nil || n < saved+3 {
 			return fmt.Errorf("the clock stood at %d (%v), want the monitor to move it past %d", n, err, saved+2)
 		}

@@ -155,7 +155,7 @@ func openStoreForCommand(ctx context.Context, environ map[string]string, memoryE
 	if needQueue && !stores.Features(cfg.Store.Kind).Queue {
 		return nil, dedup.Backend{}, usageError(fmt.Errorf("%s: the %s store keeps no async queue", cfg.Store.Variable, cfg.Store.Kind))
 	}
-	cfg.DatabaseAutoMigrate = false // the commands read, delete and requeue; they create no tables
+	cfg.Postgres.AutoMigrate = false // the commands read, delete and requeue; they create no tables
 	// The one line that says the store is unreachable is this command's
 	// error: the store's own log would bury it.
 	b, err := stores.Open(ctx, cfg, stores.Env{Log: zap.NewNop(), Registerer: prometheus.NewRegistry()})

@@ -5,6 +5,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -38,7 +39,7 @@ func resigners(routes []proxy.Route) func(route, namespace string) delivery.Resi
 // refuses unless ALLOW_UNVERIFIED_ASYNC accepts the risk; false for any
 // other route.
 func unverifiedAsync(spec config.RouteSpec, src *providers.Source) (config.Warning, bool) {
-	if spec.Delivery != proxy.AsyncDelivery {
+	if spec.Delivery != policy.AsyncDelivery {
 		return config.Warning{}, false
 	}
 	var names []string

@@ -23,17 +23,19 @@ const startPingTimeout = 5 * time.Second
 func openDynamoDB(ctx context.Context, cfg *config.Config, env Env) (dedup.Backend, error) {
 	ctx, cancel := context.WithTimeout(ctx, startPingTimeout)
 	defer cancel()
-	st, _, err := dynamostore.Open(ctx, dynamostore.Config{Table: cfg.DynamoDBTable, Timeout: cfg.StoreTimeout})
+	dc := dynamostore.FromSettings(cfg.DynamoDB)
+	dc.Timeout = cfg.StoreTimeout
+	st, _, err := dynamostore.Open(ctx, dc)
 	if err != nil {
 		return dedup.Backend{}, configError(fmt.Errorf("DYNAMODB_TABLE: %w", err))
 	}
-	env.Log.Info("store: dynamodb", zap.String("table", cfg.DynamoDBTable), zap.Duration("timeout", cfg.StoreTimeout))
+	env.Log.Info("store: dynamodb", zap.String("table", cfg.DynamoDB.Table), zap.Duration("timeout", cfg.StoreTimeout))
 	switch err := st.Ping(ctx); {
 	case errors.Is(err, dynamostore.ErrNoTable):
 		env.Log.Error("the DynamoDB table does not exist: /readyz answers 503 until it does (create it with `webhook-dedup migrate`)",
-			zap.String("table", cfg.DynamoDBTable), zap.Error(err))
+			zap.String("table", cfg.DynamoDB.Table), zap.Error(err))
 	case err != nil:
-		env.Log.Warn("DynamoDB is not reachable yet: /readyz answers 503 until it is", zap.String("table", cfg.DynamoDBTable), zap.Error(err))
+		env.Log.Warn("DynamoDB is not reachable yet: /readyz answers 503 until it is", zap.String("table", cfg.DynamoDB.Table), zap.Error(err))
 	}
 	return st.Backend(), nil
 }
@@ -44,11 +46,11 @@ func migrateDynamoDB(ctx context.Context, cfg *config.Config, printOnly bool, st
 	if printOnly {
 		return configError(errors.New("migrate --print: DATABASE_URL: required: only PostgreSQL's tables are made of SQL to print"))
 	}
-	_, client, err := dynamostore.Open(ctx, dynamostore.Config{Table: cfg.DynamoDBTable})
+	_, client, err := dynamostore.Open(ctx, dynamostore.FromSettings(cfg.DynamoDB))
 	if err != nil {
 		return configError(fmt.Errorf("DYNAMODB_TABLE: %w", err))
 	}
-	m, err := dynamostore.Migrate(ctx, client, cfg.DynamoDBTable)
+	m, err := dynamostore.Migrate(ctx, client, cfg.DynamoDB.Table)
 	if err != nil {
 		return err
 	}
@@ -60,7 +62,7 @@ func migrateDynamoDB(ctx context.Context, cfg *config.Config, printOnly bool, st
 	if !m.TTLEnabled {
 		ttl = "off"
 	}
-	if _, err := fmt.Fprintf(stdout, "table %s: %s; time to live %s\n", cfg.DynamoDBTable, did, ttl); err != nil {
+	if _, err := fmt.Fprintf(stdout, "table %s: %s; time to live %s\n", cfg.DynamoDB.Table, did, ttl); err != nil {
 		return err
 	}
 	if m.Warning != nil {

@@ -21,10 +21,12 @@ func openMemory(_ context.Context, _ *config.Config, env Env) (dedup.Backend, er
 
 // openDisk is the embedded store in a file under DATA_DIR.
 func openDisk(_ context.Context, cfg *config.Config, env Env) (dedup.Backend, error) {
-	st, err := diskstore.Open(diskstore.Config{Dir: cfg.DataDir, Timeout: cfg.StoreTimeout})
+	dc := diskstore.FromSettings(cfg.Disk)
+	dc.Timeout = cfg.StoreTimeout
+	st, err := diskstore.Open(dc)
 	if err != nil {
 		return dedup.Backend{}, configError(fmt.Errorf("DATA_DIR: %w", err))
 	}
-	env.Log.Info("store: embedded, on disk", zap.String("file", filepath.Join(cfg.DataDir, diskstore.File)))
+	env.Log.Info("store: embedded, on disk", zap.String("file", filepath.Join(cfg.Disk.Dir, diskstore.File)))
 	return st.Backend(), nil
 }

@@ -29,37 +29,31 @@ func openPostgres(ctx context.Context, cfg *config.Config, env Env) (dedup.Backe
 		return dedup.Backend{}, err
 	}
 	plog := env.Log.Named("postgres")
-	st, err := pgstore.Open(pgstore.Config{
-		URL:           cfg.DatabaseURL,
-		TablePrefix:   cfg.DatabaseTablePrefix,
-		Timeout:       cfg.StoreTimeout,
-		PruneInterval: cfg.PruneInterval,
-		Pruned: func(n int) {
-			pruned.Add(float64(n))
-			plog.Debug("pruned expired rows", zap.Int("rows", n))
-		},
-		AppName:     cfg.AppName,
-		KeyPrefix:   cfg.KeyPrefix,
-		AutoMigrate: cfg.DatabaseAutoMigrate,
-		// Told once per change, not at every retry (a wrong password
-		// would otherwise fill the log every second).
-		Failed: func(task string, err error) {
-			if ce, ok := errors.AsType[*pgstore.ConnectError](err); ok {
-				plog.Error(ce.Error()+"; trying again, and saying so when that changes", zap.String("task", task))
-				return
-			}
-			plog.Error(task+" failed; trying again, and saying so when that changes", zap.Error(err))
-		},
-		Recovered: func(task string) {
-			plog.Info(task+" succeeded after failing", zap.String("task", task))
-		},
-	})
+	pc := pgstore.FromSettings(cfg.Postgres)
+	pc.Timeout, pc.AppName, pc.KeyPrefix = cfg.StoreTimeout, cfg.AppName, cfg.KeyPrefix
+	pc.Pruned = func(n int) {
+		pruned.Add(float64(n))
+		plog.Debug("pruned expired rows", zap.Int("rows", n))
+	}
+	// Told once per change, not at every retry (a wrong password would
+	// otherwise fill the log every second).
+	pc.Failed = func(task string, err error) {
+		if ce, ok := errors.AsType[*pgstore.ConnectError](err); ok {
+			plog.Error(ce.Error()+"; trying again, and saying so when that changes", zap.String("task", task))
+			return
+		}
+		plog.Error(task+" failed; trying again, and saying so when that changes", zap.Error(err))
+	}
+	pc.Recovered = func(task string) {
+		plog.Info(task+" succeeded after failing", zap.String("task", task))
+	}
+	st, err := pgstore.Open(pc)
 	if err != nil {
 		return dedup.Backend{}, configError(fmt.Errorf("DATABASE_URL: %w", err))
 	}
-	tables := pgTables(cfg.DatabaseTablePrefix)
-	plog.Info("store: postgres", zap.String("tables", tables), zap.Bool("auto_migrate", cfg.DatabaseAutoMigrate),
-		zap.Duration("timeout", cfg.StoreTimeout), zap.Duration("prune_interval", cfg.PruneInterval))
+	tables := pgTables(cfg.Postgres.TablePrefix)
+	plog.Info("store: postgres", zap.String("tables", tables), zap.Bool("auto_migrate", cfg.Postgres.AutoMigrate),
+		zap.Duration("timeout", cfg.StoreTimeout), zap.Duration("prune_interval", cfg.Postgres.PruneInterval))
 	switch err := st.CheckOwner(ctx); {
 	case errors.Is(err, dedup.ErrPrefixOwned):
 		_ = st.Close()
@@ -70,7 +64,7 @@ func openPostgres(ctx context.Context, cfg *config.Config, env Env) (dedup.Backe
 	case err != nil:
 		plog.Warn("the owner of KEY_PREFIX not checked at start; claims check it first", zap.Error(err))
 	}
-	if !cfg.DatabaseAutoMigrate && env.Serving {
+	if !cfg.Postgres.AutoMigrate && env.Serving {
 		err := st.Ping(ctx)
 		if ce, ok := errors.AsType[*pgstore.ConnectError](err); ok {
 			// `migrate` would fail the same way: the advice is DATABASE_URL's.
@@ -93,7 +87,7 @@ func pgTables(prefix string) string {
 // contacted).
 func migratePostgres(ctx context.Context, cfg *config.Config, printOnly bool, stdout, _ io.Writer) error {
 	if printOnly {
-		sql, err := pgstore.Schema(cfg.DatabaseTablePrefix)
+		sql, err := pgstore.Schema(cfg.Postgres.TablePrefix)
 		if err != nil {
 			return configError(fmt.Errorf("DATABASE_TABLE_PREFIX: %w", err))
 		}
@@ -102,7 +96,7 @@ func migratePostgres(ctx context.Context, cfg *config.Config, printOnly bool, st
 	}
 	// Creating tables can wait behind another replica's migration: more
 	// time than one store operation.
-	st, err := pgstore.Open(pgstore.Config{URL: cfg.DatabaseURL, TablePrefix: cfg.DatabaseTablePrefix, Timeout: max(cfg.StoreTimeout, 30*time.Second)})
+	st, err := pgstore.Open(pgstore.Config{URL: cfg.Postgres.URL, TablePrefix: cfg.Postgres.TablePrefix, Timeout: max(cfg.StoreTimeout, 30*time.Second)})
 	if err != nil {
 		return configError(fmt.Errorf("DATABASE_URL: %w", err))
 	}
@@ -110,7 +104,7 @@ func migratePostgres(ctx context.Context, cfg *config.Config, printOnly bool, st
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
-	p := cfg.DatabaseTablePrefix
+	p := cfg.Postgres.TablePrefix
 	_, err = fmt.Fprintf(stdout, "tables %srecords, %squeue and %sowners are in place\n", p, p, p)
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,6 +13,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
+	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore/redisconf"
 )
 
 // durabilityTimeout bounds the start-up check of Redis's persistence.
@@ -28,49 +28,22 @@ const durabilityTimeout = 5 * time.Second
 func openRedis(ctx context.Context, cfg *config.Config, env Env) (dedup.Backend, error) {
 	// go-redis logs through a process-wide logger; route it through ours.
 	redis.SetLogger(newRedisLogger(env.Log))
-	rc := redisstore.Config{
-		Username:     cfg.RedisUsername,
-		Password:     cfg.RedisPassword,
-		PoolSize:     cfg.RedisPoolSize,
-		DialTimeout:  cfg.RedisDialTimeout,
-		Timeout:      cfg.RedisTimeout,
-		WaitReplicas: cfg.RedisWaitReplicas,
-		WaitTimeout:  cfg.RedisWaitTimeout,
-		AppName:      cfg.AppName,
-		KeyPrefix:    cfg.KeyPrefix,
-		Logger:       env.Log.Named("store"),
-	}
-	switch cfg.Store.RedisMode {
-	case config.RedisStandalone:
-		rc.URL = cfg.RedisURL
-	case config.RedisCluster:
-		rc.ClusterAddrs = cfg.RedisClusterAddrs
-	case config.RedisSentinel:
-		rc.SentinelAddrs, rc.SentinelMaster = cfg.RedisSentinelAddrs, cfg.RedisSentinelMaster
-		rc.SentinelUsername, rc.SentinelPassword = cfg.RedisSentinelUsername, cfg.RedisSentinelPassword
-	}
-	if cfg.RedisTLS || strings.HasPrefix(rc.URL, "rediss://") {
-		rc.TLS = &redisstore.TLS{
-			CAFile:     cfg.RedisTLSCAFile,
-			CertFile:   cfg.RedisTLSCertFile,
-			KeyFile:    cfg.RedisTLSKeyFile,
-			ServerName: cfg.RedisTLSServerName,
-		}
-	}
+	rc := redisstore.FromSettings(cfg.Redis)
+	rc.AppName, rc.KeyPrefix, rc.Logger = cfg.AppName, cfg.KeyPrefix, env.Log.Named("store")
 	st, err := redisstore.Open(rc)
 	if err != nil {
 		return dedup.Backend{}, configError(fmt.Errorf("%s: %w", cfg.Store.Variable, err))
 	}
-	env.Log.Info("store: redis", zap.String("mode", string(cfg.Store.RedisMode)), zap.Bool("tls", rc.TLS != nil),
+	env.Log.Info("store: redis", zap.String("mode", string(cfg.Redis.Mode())), zap.Bool("tls", rc.TLS != nil),
 		zap.Int("wait_replicas", rc.WaitReplicas), zap.Duration("timeout", rc.Timeout))
-	if cfg.Store.RedisMode != config.RedisStandalone && rc.WaitReplicas == 0 {
+	if cfg.Redis.Mode() != redisconf.Standalone && rc.WaitReplicas == 0 {
 		env.Log.Info("REDIS_WAIT_REPLICAS is 0: a failover may lose the last records the master acknowledged, and let a duplicate through")
 	}
 	b := st.Backend()
 	if !env.Serving {
 		return b, nil
 	}
-	m := redisstore.NewMonitor(st, redisstore.MonitorConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.RedisCheckInterval, Logger: env.Log.Named("redis"), Registerer: env.Registerer})
+	m := redisstore.NewMonitor(st, redisstore.MonitorConfig{KeyPrefix: cfg.KeyPrefix, Interval: cfg.Redis.CheckInterval, Logger: env.Log.Named("redis"), Registerer: env.Registerer})
 	switch err := m.Check(ctx); {
 	case errors.Is(err, dedup.ErrPrefixOwned):
 		_ = st.Close()

@@ -21,7 +21,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
 	"github.com/webhook-dedup/webhook-dedup/dedup/pgstore"
 	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
-	"github.com/webhook-dedup/webhook-dedup/proxy"
+	"github.com/webhook-dedup/webhook-dedup/policy"
 )
 
 // Env is what opening a store needs besides its configuration.
@@ -109,7 +109,7 @@ func Check(cfg *config.Config, bad func(variable, format string, args ...any)) {
 	}
 	variable := "ROUTES"
 	for _, r := range cfg.RouteSpecs {
-		if r.Delivery == proxy.AsyncDelivery && !r.Override {
+		if r.Delivery == policy.AsyncDelivery && !r.Override {
 			variable = "DELIVERY"
 		}
 	}

@@ -1,4 +1,10 @@
-package proxy
+// Package policy holds the choices an operator makes about how webhooks
+// are handled that both the configuration and the request path know: how
+// a route delivers (DELIVERY), what a webhook gets while the store is
+// unreachable (ON_STORE_ERROR) or without an event ID (ON_MISSING_ID),
+// and LEASE_TTL's default. It imports nothing of webhook-dedup, so that
+// config, the bottom layer, need not import proxy or upstream for them.
+package policy
 
 import "fmt"
 
