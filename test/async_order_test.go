@@ -122,3 +122,65 @@ func checkKeyOrder(t *testing.T, app *scriptedApp, n int) {
 		}
 	}
 }
+
+// TestAsyncOrderedHeadAfterKill: a proxy killed (SIGKILL) while the app
+// holds the head of a key: the next proxy on the same store delivers that
+// head again before anything behind it (DATA_DIR as soon as the file is
+// reopened, Redis once LEASE_TTL has run out).
+func TestAsyncOrderedHeadAfterKill(t *testing.T) {
+	t.Parallel()
+	for _, store := range []asyncStore{diskStore, redisStore} {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			app := newScriptedApp(t, nil)
+			release := app.holdAll()
+			t.Cleanup(release)
+			env := asyncEnv(app.URL, store.env(t))
+			env["ROUTES"] = orderedRoute
+			env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
+			px := startProxy(t, env)
+			ctx, client := testContext(t), newClient(t)
+			const events = 3
+			for i := range events {
+				// One key: events 0, orderKeys, 2*orderKeys.
+				expect(t, "an ordered webhook", mustSend(t, ctx, client, px, acme, orderedEvent(i*orderKeys)), 202, "queued")
+			}
+			head := acme.Event(0).ID
+			await(t, px.bounds().delivered(1), func() error {
+				if len(app.seen(head)) == 0 {
+					return fmt.Errorf("the head has not reached the app")
+				}
+				return nil
+			})
+			px.Kill()
+			release()
+			next := startProxy(t, env)
+			await(t, next.bounds().delivered(events+1), func() error {
+				for i := range events {
+					if len(app.seen(acme.Event(i*orderKeys).ID)) == 0 {
+						return fmt.Errorf("event %d not delivered", i)
+					}
+				}
+				if len(app.seen(head)) < 2 {
+					return fmt.Errorf("the head was not delivered again")
+				}
+				return nil
+			})
+			var got []string
+			for i := range events {
+				for _, a := range app.seen(acme.Event(i * orderKeys).ID) {
+					got = append(got, fmt.Sprintf("%s@%d", acme.Event(i*orderKeys).ID, a.at.UnixNano()))
+				}
+			}
+			slices.SortFunc(got, func(x, y string) int {
+				var xa, ya int64
+				fmt.Sscanf(x[len(head)+1:], "%d", &xa)
+				fmt.Sscanf(y[len(head)+1:], "%d", &ya)
+				return int(xa - ya)
+			})
+			if len(got) < 2 || got[0][:len(head)] != head || got[1][:len(head)] != head {
+				t.Errorf("the app saw %v, want the head twice before anything behind it", got)
+			}
+		})
+	}
+}
