@@ -216,6 +216,16 @@ type Event struct {
 	LastStatus    int    `json:"last_status,omitempty"`
 	LastError     string `json:"last_error,omitempty"`
 	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+	// BlockedBy is, for an event of an ordered route waiting behind the
+	// head of its order key, that head: the event whose completion (or
+	// dead letter, or forgetting) it waits for. Omitted otherwise.
+	BlockedBy *EventRef `json:"blocked_by,omitempty"`
+}
+
+// EventRef names an event: its namespace and ID.
+type EventRef struct {
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
 }
 
 // async reports whether a state is one of an async route's.
@@ -234,7 +244,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, NewEvent(ns, id, rec, time.Now()))
+	ev := NewEvent(ns, id, rec, time.Now())
+	if head := rec.Delivery.BlockedBy; head != "" && rec.State == dedup.Queued {
+		// The head was accepted on the same route: its namespace first.
+		hns, hid := dedup.SplitEventKey(s.cfg.KeyPrefix, ns, head)
+		ev.BlockedBy = &EventRef{Namespace: hns, ID: hid}
+	}
+	writeJSON(w, http.StatusOK, ev)
 }
 
 // NewEvent is rec as the events API shows it, at time now. The inspect

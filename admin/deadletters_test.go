@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -103,6 +104,14 @@ func TestInspectAsync(t *testing.T) {
 	if status != 200 || ev["state"] != "queued" || ev["attempts"] != 2.0 || ev["last_status"] != 503.0 ||
 		ev["last_error"] != "the app answered 503" || ev["next_attempt_at"] != "2030-01-02T03:04:05Z" {
 		t.Errorf("queued event: %d %v", status, ev)
+	}
+	// An event of an ordered route waiting behind the head of its key.
+	st.put(prefix+"github:d4", dedup.Record{State: dedup.Queued, Since: time.Now(), Delivery: dedup.DeliveryStatus{BlockedBy: prefix + "github:d:1"}})
+	if _, ev := f.inspect(t, "/v1/events/github/d4"); fmt.Sprint(ev["blocked_by"]) != "map[id:d:1 namespace:github]" || ev["next_attempt_at"] != nil {
+		t.Errorf("waiting event: %v, want blocked by github d:1", ev)
+	}
+	if _, ev := f.inspect(t, "/v1/events/github/d1"); ev["blocked_by"] != nil {
+		t.Errorf("due event: %v, want no blocked_by", ev)
 	}
 	st.put(prefix+"github:d2", dedup.Record{State: dedup.Delivering, Since: time.Now(), Delivery: dedup.DeliveryStatus{Attempts: 1}})
 	if _, ev := f.inspect(t, "/v1/events/github/d2"); ev["state"] != "delivering" || ev["attempts"] != 1.0 || ev["next_attempt_at"] != nil {

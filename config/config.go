@@ -31,7 +31,7 @@ type Config struct {
 	UpstreamURL string `env:"UPSTREAM_URL" desc:"the app, e.g. http://127.0.0.1:3000 (required)"`
 	ListenAddr  string `env:"LISTEN_ADDR" envDefault:":8080" desc:"where webhooks arrive"`
 	AdminAddr   string `env:"ADMIN_ADDR" envDefault:":9090" desc:"/healthz, /readyz, /metrics and the admin API"`
-	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE, each optionally followed by ;sync or ;async (overriding DELIVERY); longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
+	Routes      string `env:"ROUTES" envDefault:"/=auto" desc:"comma-separated PATH=SOURCE, each optionally followed by ;sync or ;async (overriding DELIVERY), then by async routes' options, each once: ;order=SOURCE (deliver the events that share this key, a header: or json: source or parts joined with +, one at a time in the order they were accepted) and ;rate=N/s or N/m (at most N attempts, retries included, a second or a minute in each process; N up to 10000/s, 600000/m), as in /webhooks/shop=shopify;async;order=json:customer.id;rate=20/s; longest whole-segment prefix wins, matched on the path as frameworks route it (any case, ; parameters dropped, dot segments and repeated slashes resolved, a .format suffix tried)"`
 
 	// Delivery and the async workers' settings (validated in completeDelivery).
 	Delivery             policy.DeliveryMode `env:"DELIVERY" envDefault:"sync" desc:"sync (the sender waits for the app's answer) or async (answer at once, deliver in the background with retries; needs a durable store)"`
@@ -40,6 +40,7 @@ type Config struct {
 	AsyncStatus          int                 `env:"ASYNC_STATUS" envDefault:"202" desc:"the answer to a webhook accepted for background delivery: 202 or 200"`
 	RetryInitialInterval time.Duration       `env:"RETRY_INITIAL_INTERVAL" envDefault:"1s" desc:"backoff before the second attempt of a failed background delivery (then doubling, with full jitter)"`
 	RetryMaxInterval     time.Duration       `env:"RETRY_MAX_INTERVAL" envDefault:"10m" desc:"longest backoff between attempts, also the cap on a Retry-After honoured"`
+	OrderOnFailure       OrderOnFailure      `env:"ORDER_ON_FAILURE" envDefault:"skip" desc:"what a route with order= does once the event at the head of a key is dead-lettered: skip (go on with the key's next event) or block (the key waits until that dead letter is retried and completes, or is forgotten)"`
 	RetryMaxAttempts     int                 `env:"RETRY_MAX_ATTEMPTS" desc:"attempts, the first included, before an event is dead-lettered; empty: no cap, an event is retried until RETRY_MAX_AGE (the knob for how long to keep trying)"`
 	RetryMaxAge          time.Duration       `env:"RETRY_MAX_AGE" envDefault:"72h" desc:"an event still failing this long after it was accepted is dead-lettered"`
 	DeadLetterTTL        time.Duration       `env:"DEAD_LETTER_TTL" envDefault:"168h" desc:"how long a dead-lettered event is kept, with its request, for a retry"`
@@ -113,7 +114,7 @@ type Config struct {
 	Store Store `env:"-"`
 }
 
-// RouteSpec is one PATH=SOURCE[;MODE] entry of ROUTES.
+// RouteSpec is one PATH=SOURCE[;MODE][;OPTION…] entry of ROUTES.
 type RouteSpec struct {
 	Path   string
 	Source string
@@ -123,6 +124,13 @@ type RouteSpec struct {
 	Delivery policy.DeliveryMode
 	// Override is true when the route names its own mode.
 	Override bool
+	// Order is the route's order= option, where each request's order key
+	// is found. If nil, the route's events are delivered in no particular
+	// order.
+	Order *providers.Key
+	// Rate is the route's rate= option. If zero, its attempts are not
+	// spaced.
+	Rate Rate
 }
 
 // Load reads the configuration from environ (variable name to value) and
@@ -321,6 +329,9 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 			specs[i].Delivery = c.Delivery
 		}
 	}
+	for _, err := range optionsNeedAsync(specs) {
+		bad("ROUTES", "%v", err)
+	}
 	c.RouteSpecs = specs
 	c.completeDelivery(bad)
 
@@ -358,7 +369,8 @@ func (c *Config) complete(environ map[string]string, needUpstream bool, unparsed
 }
 
 // ParseRoutes parses ROUTES: comma-separated PATH=SOURCE entries, each
-// optionally followed by ";sync" or ";async". Paths must start with "/",
+// optionally followed by ";sync" or ";async", then by options (";order=",
+// ";rate="), each once. Paths must start with "/",
 // are cleaned of a trailing slash, and may not repeat. It returns the
 // entries that parse, in order, and an error joining one problem for each
 // entry that does not, naming it: a mistake in one entry hides none in
@@ -381,13 +393,13 @@ func parseRoutes(s string) ([]RouteSpec, []error) {
 			continue
 		}
 		entries++
-		spec, err := parseRoute(entry)
-		if err == nil && seen[spec.Path] {
+		spec, entryErrs := parseRoute(entry)
+		if entryErrs == nil && seen[spec.Path] {
 			// The first keeps the path; this one is the mistake.
-			err = fmt.Errorf("%q: path %q appears twice", entry, spec.Path)
+			entryErrs = []error{fmt.Errorf("%q: path %q appears twice", entry, spec.Path)}
 		}
-		if err != nil {
-			errs = append(errs, err)
+		if entryErrs != nil {
+			errs = append(errs, entryErrs...)
 			continue
 		}
 		seen[spec.Path] = true
@@ -399,32 +411,32 @@ func parseRoutes(s string) ([]RouteSpec, []error) {
 	return specs, errs
 }
 
-// parseRoute parses one entry of ROUTES, PATH=SOURCE[;MODE]. Its error
-// quotes the entry.
-func parseRoute(entry string) (RouteSpec, error) {
+// parseRoute parses one entry of ROUTES, PATH=SOURCE[;MODE][;OPTION…].
+// Its problems, one for each mistake, quote the entry.
+func parseRoute(entry string) (RouteSpec, []error) {
 	path, source, ok := strings.Cut(entry, "=")
 	path, source = strings.TrimSpace(path), strings.TrimSpace(source)
 	if err := separatorError(entry, source); err != nil {
-		return RouteSpec{}, err
+		return RouteSpec{}, []error{err}
 	}
 	spec := RouteSpec{}
-	if src, mode, found := strings.Cut(source, ";"); found {
-		mode = strings.TrimSpace(mode)
-		if err := spec.Delivery.UnmarshalText([]byte(mode)); err != nil {
-			return RouteSpec{}, fmt.Errorf("%q: the delivery mode after ';' %v", entry, err)
-		}
-		spec.Override = true
+	var errs []error
+	if src, rest, found := strings.Cut(source, ";"); found {
+		errs = parseModeAndOptions(entry, strings.Split(rest, ";"), &spec)
 		source = strings.TrimSpace(src)
 	}
 	switch {
 	case !ok || source == "":
-		return RouteSpec{}, fmt.Errorf("%q is not PATH=SOURCE", entry)
+		return RouteSpec{}, append(errs, fmt.Errorf("%q is not PATH=SOURCE", entry))
 	case !strings.HasPrefix(path, "/"):
-		return RouteSpec{}, fmt.Errorf("%q: path %q must start with /", entry, path)
+		return RouteSpec{}, append(errs, fmt.Errorf("%q: path %q must start with /", entry, path))
 	case strings.ContainsAny(path, "?#% \t"):
-		return RouteSpec{}, fmt.Errorf("%q: path %q may not contain '?', '#', '%%' or spaces", entry, path)
+		return RouteSpec{}, append(errs, fmt.Errorf("%q: path %q may not contain '?', '#', '%%' or spaces", entry, path))
 	case strings.Contains(path, "//"):
-		return RouteSpec{}, fmt.Errorf("%q: path %q has an empty segment", entry, path)
+		return RouteSpec{}, append(errs, fmt.Errorf("%q: path %q has an empty segment", entry, path))
+	}
+	if errs != nil {
+		return RouteSpec{}, errs
 	}
 	if len(path) > 1 {
 		path = strings.TrimSuffix(path, "/")

@@ -130,8 +130,13 @@ type DeliveryStatus struct {
 	LastStatus int
 	// LastError says why the last attempt failed; empty if none did.
 	LastError string
-	// NextAttemptAt is when a queued event is due; zero otherwise.
+	// NextAttemptAt is when a queued event is due; zero otherwise, and
+	// for an ordered event waiting behind the head of its key.
 	NextAttemptAt time.Time
+	// BlockedBy is, for an ordered event waiting behind the head of its
+	// key, the head's key (the event whose completion it waits for);
+	// empty for every other event. Stores that cannot tell leave it empty.
+	BlockedBy string
 }
 
 // ErrPrefixOwned means the key prefix holds the records of another

@@ -55,6 +55,20 @@ type Request struct {
 	// own). Empty when tracing was off at accept time, or for a request
 	// queued by a version that did not keep it.
 	TraceParent string
+
+	// OrderKey, if not empty, is the event's order key (a route's order=
+	// option): the events sharing it are taken one at a time, in the
+	// order the store accepted them (see Worker). The proxy makes it of
+	// the route and the key's value. Empty: the event is delivered in no
+	// particular order. The store keeps it beside the request, not in it:
+	// Take hands the Request back without it.
+	OrderKey string
+	// OrderBlock is what the event's key does if the event is
+	// dead-lettered at its head (ORDER_ON_FAILURE): true keeps the key
+	// waiting until the dead letter is requeued and completes, or is
+	// forgotten; false (skip) goes on with the key's next event. Kept
+	// beside the request as OrderKey is; ignored without an OrderKey.
+	OrderBlock bool
 }
 
 // Delivery is one queued event as a worker holds it, from Take until it is
@@ -151,6 +165,18 @@ func (l Lane) Holds(route string) bool {
 
 // Worker is the queue as the delivery workers use it: take what is due,
 // and settle each delivery with its outcome.
+//
+// Ordered events (Request.OrderKey): the store gives each a place at the
+// end of its key as it accepts it, in the same atomic step, so the places
+// follow the store's order of the accepts whichever process made them.
+// Only the head of a key (its first place) is ever taken: the next event
+// becomes due once the head has completed, been forgotten, or been
+// dead-lettered without OrderBlock. A retried head keeps its place, and a
+// head whose lease ran out is the one taken over; a dead letter holding
+// its key (OrderBlock) is kept until requeued or forgotten, whatever its
+// keep, and a requeue leaves it at the head. A dead letter that left its
+// key and is requeued takes a new place at the end of it. Events of
+// different keys, and events without a key, are taken as ever.
 type Worker interface {
 	// Take hands out at most n deliveries of lane that are due, each
 	// leased to this caller for lease: events never taken, retries whose

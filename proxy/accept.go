@@ -36,6 +36,7 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		// The delivery attempts' spans link to this webhook's.
 		TraceParent: wh.traceParent(),
 	}
+	h.orderOf(r, wh, &req)
 	// The store call runs on the Handler's own context, as a claim does
 	// (the store bounds each call): a sender's hang-up never cuts it off
 	// halfway. Queued, the event is delivered, and the sender's retry is a
@@ -66,6 +67,24 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		return h.answer(w, wh.id, h.cfg.AsyncStatus, outcomeQueued, "", nil)
 	}
 	return h.held(w, wh, rec)
+}
+
+// orderOf sets req's order key on a route with order=: the route and the
+// key's value, so that routes never share a key (a path holds no space).
+// A request without its key (absent, empty, or not a valid one) is queued
+// unordered, and counted: refusing it would lose the event for the sake
+// of its order.
+func (h *Handler) orderOf(r *http.Request, wh *webhook, req *dedup.Request) {
+	if wh.route.Order == nil {
+		return
+	}
+	v, err := wh.route.Order.Value(r.Header, wh.body)
+	if err != nil {
+		h.m.orderMissing.WithLabelValues(wh.route.Path).Inc()
+		h.log.Debug("no order key: delivered in no particular order", zap.String("route", wh.route.Path), zap.String("id", wh.id), zap.Error(err))
+		return
+	}
+	req.OrderKey, req.OrderBlock = wh.route.Path+" "+v, wh.route.OrderBlock
 }
 
 // held answers a copy of an event of an async route whose record the

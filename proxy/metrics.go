@@ -45,6 +45,7 @@ type Metrics struct {
 	released        prometheus.Counter
 	leaseLost       prometheus.Counter
 	payloadMismatch *prometheus.CounterVec
+	orderMissing    *prometheus.CounterVec
 	inflight        prometheus.Gauge
 	passthrough     *prometheus.CounterVec
 	budget          *budgetMetrics
@@ -88,12 +89,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "webhook_dedup_payload_mismatch_total",
 			Help: "Duplicates whose body fingerprint differs from the completed original's.",
 		}, []string{"route"}),
+		orderMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_dedup_order_key_missing_total",
+			Help: "Webhooks of a route with order= accepted without their order key (absent, empty or invalid): queued for delivery in no particular order.",
+		}, []string{"route"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_dedup_inflight_claims",
 			Help: "Claims this process holds and has not settled yet: their requests are with the upstream.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.upstream, m.added, m.storeDuration, m.storeErrors, m.released, m.leaseLost, m.payloadMismatch, m.inflight)
+	reg.MustRegister(m.requests, m.upstream, m.added, m.storeDuration, m.storeErrors, m.released, m.leaseLost, m.payloadMismatch, m.orderMissing, m.inflight)
 	m.passthrough = passthroughMetric(reg)
 	m.budget = newBudgetMetrics(reg)
 	return m

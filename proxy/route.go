@@ -23,6 +23,16 @@ type Route struct {
 	// Delivery is how the route's first-seen webhooks reach the app. If
 	// zero, SyncDelivery.
 	Delivery policy.DeliveryMode
+	// Order, on an async route, is where each request's order key is
+	// found (order=): the events that share one are delivered one at a
+	// time, in the order they were accepted. If nil, in no particular
+	// order.
+	Order *providers.Key
+	// OrderBlock is ORDER_ON_FAILURE=block on an ordered route: a dead
+	// letter at the head of its key keeps the key waiting until it is
+	// retried and completes, or is forgotten. If false (skip), the key
+	// goes on with its next event.
+	OrderBlock bool
 }
 
 // routeTable finds the longest matching prefix. Routes are few, so a sorted

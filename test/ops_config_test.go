@@ -127,6 +127,20 @@ func TestConfigEveryProblemAtOnce(t *testing.T) {
 			"STRIPE_WEBHOOK_SECRET: required for the async route /z",
 			"DELIVERY: async delivery needs a store that keeps its queue: ",
 		}},
+		{"route options: on a sync route, unknown, repeated, a bad rate and key, beside a bad ORDER_ON_FAILURE", map[string]string{
+			"DATA_DIR":         "/nonexistent-but-unopened",
+			"ORDER_ON_FAILURE": "halt",
+			"ROUTES": "/s=header:X-Id;rate=5/s,/t=header:X-Id;sync;order=header:X-Key,/u=header:X-Id;async;burst=2;rate=1/s;rate=2/s," +
+				"/v=header:X-Id;async;rate=5/h;order=json:a..b,/w=header:X-Id;async;order=json:customer.id;rate=20/s",
+		}, []string{
+			"ORDER_ON_FAILURE: ",
+			"ROUTES: /s: rate=: options are for async routes",
+			"ROUTES: /t: order=: options are for async routes",
+			`ROUTES: "/u=header:X-Id;async;burst=2;rate=1/s;rate=2/s": unknown option "burst="`,
+			`ROUTES: "/u=header:X-Id;async;burst=2;rate=1/s;rate=2/s": option rate= given twice`,
+			`ROUTES: "/v=header:X-Id;async;rate=5/h;order=json:a..b": option rate=: want N/s or N/m`,
+			`ROUTES: "/v=header:X-Id;async;rate=5/h;order=json:a..b": option order=: providers: key "json:a..b": want a dotted path`,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -17,9 +17,14 @@ var (
 	bucketExpiry   = []byte("expiry")
 )
 
+// allBuckets are the top-level buckets, made as the file is opened.
+var allBuckets = [][]byte{bucketRecords, bucketRequests, bucketLanes, bucketDead, bucketExpiry, bucketOrders, bucketPlaces}
+
 // diskBuckets are the buckets of one transaction.
 type diskBuckets struct {
 	records, requests, lanes, dead, expiry *bolt.Bucket
+	// orders and places are the ordered events' places (order.go).
+	orders, places *bolt.Bucket
 	// tally collects what a write transaction changes in the queue's
 	// counts; nil in the others.
 	tally *tally
@@ -32,6 +37,8 @@ func buckets(tx *bolt.Tx) diskBuckets {
 		lanes:    tx.Bucket(bucketLanes),
 		dead:     tx.Bucket(bucketDead),
 		expiry:   tx.Bucket(bucketExpiry),
+		orders:   tx.Bucket(bucketOrders),
+		places:   tx.Bucket(bucketPlaces),
 	}
 }
 
@@ -104,6 +111,10 @@ func (b diskBuckets) deleteAll(key []byte) error {
 		}
 	}
 	if err := b.requests.Delete(key); err != nil {
+		return err
+	}
+	// An ordered event leaves its key: the next one is due.
+	if err := b.leave(key, time.Now().UnixMilli(), true); err != nil {
 		return err
 	}
 	return b.records.Delete(key)

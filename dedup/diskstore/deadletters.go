@@ -29,7 +29,11 @@ func (d *Store) Requeue(ctx context.Context, key string) error {
 		if err != nil || a.State != dedup.Failed {
 			return dedup.ErrNotFailed
 		}
-		next := codec.Async{State: dedup.Queued, Accepted: now, At: now}
+		at, err := b.requeued(k, now)
+		if err != nil {
+			return err
+		}
+		next := codec.Async{State: dedup.Queued, Accepted: now, At: at}
 		return b.putAsync(k, b.routeOf(k), a, next, 0)
 	})
 	if err != nil {

@@ -118,7 +118,7 @@ func openDisk(cfg Config, sweepEvery time.Duration) (*Store, error) {
 	}
 	var counts *queueCounts
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRecords, bucketRequests, bucketLanes, bucketDead, bucketExpiry} {
+		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

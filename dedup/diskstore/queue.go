@@ -51,6 +51,15 @@ func (d *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 			return err
 		}
 		a := codec.Async{State: dedup.Queued, Accepted: now, At: now}
+		if req.OrderKey != "" {
+			head, err := b.join(k, req.OrderKey, req.OrderBlock)
+			if err != nil {
+				return err
+			}
+			if !head {
+				a.At = codec.Waiting
+			}
+		}
 		if err := b.requests.Put(k, payload); err != nil {
 			return err
 		}
@@ -120,7 +129,11 @@ func (b diskBuckets) take(e dueEntry, now time.Time, lease time.Duration) (dedup
 		failed := a
 		failed.State, failed.At, failed.LastStatus = dedup.Failed, ms, 0
 		failed.LastError = "the stored request cannot be read: " + err.Error()
-		return dedup.Delivery{}, false, b.putAsync(key, e.route, a, failed, now.Add(storeop.UnreadableKeep).UnixMilli())
+		expires, err := b.settled(key, dedup.Failed, now.Add(storeop.UnreadableKeep).UnixMilli(), ms)
+		if err != nil {
+			return dedup.Delivery{}, false, err
+		}
+		return dedup.Delivery{}, false, b.putAsync(key, e.route, a, failed, expires)
 	}
 	next := a
 	next.State = dedup.Delivering
@@ -209,7 +222,10 @@ func (d *Store) settle(ctx context.Context, op string, dl dedup.Delivery, status
 			next.Token = [codec.TokenLen]byte{}
 		}
 		next.LastStatus, next.LastError = status, reason
-		expires := change(&next, now)
+		expires, err := b.settled(key, next.State, change(&next, now), now.UnixMilli())
+		if err != nil {
+			return err
+		}
 		route := b.routeOf(key) // before a completion drops the request
 		if next.State == dedup.Completed {
 			if err := b.requests.Delete(key); err != nil {

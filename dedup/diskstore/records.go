@@ -114,12 +114,16 @@ func (d *Store) Lookup(ctx context.Context, key string) (dedup.Record, error) {
 	var rec dedup.Record
 	err := d.view(func(tx *bolt.Tx) error {
 		now := time.Now().UnixMilli()
-		s, ok := buckets(tx).get([]byte(key), now)
+		b := buckets(tx)
+		s, ok := b.get([]byte(key), now)
 		if !ok {
 			return dedup.ErrNotFound
 		}
 		var err error
 		rec, err = s.record(now)
+		if rec.State == dedup.Queued {
+			rec.Delivery.BlockedBy = b.blockedBy([]byte(key))
+		}
 		return err
 	})
 	if err != nil {

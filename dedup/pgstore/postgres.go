@@ -526,12 +526,13 @@ type pgRecord struct {
 	lastStatus  *int32
 	lastError   *string
 	due         *time.Time
+	blockedBy   *string
 }
 
 // targets are where recordColumns are scanned to.
 func (p *pgRecord) targets() []any {
 	return []any{&p.state, &p.since, &p.ttlMicros, &p.status, &p.fingerprint, &p.contentType, &p.body,
-		&p.attempts, &p.lastStatus, &p.lastError, &p.due}
+		&p.attempts, &p.lastStatus, &p.lastError, &p.due, &p.blockedBy}
 }
 
 // record is the Record p describes.
@@ -570,6 +571,11 @@ func (p *pgRecord) record() dedup.Record {
 	}
 	if p.due != nil {
 		rec.Delivery.NextAttemptAt = *p.due
+	}
+	if p.blockedBy != nil {
+		// It waits behind the head of its order key: not due by itself.
+		rec.Delivery.BlockedBy = *p.blockedBy
+		rec.Delivery.NextAttemptAt = time.Time{}
 	}
 	return rec
 }

@@ -30,18 +30,35 @@ const enqueueSQL = live + `, won AS (
 	` + claimTakeover + `
 	RETURNING r.key
 ), queued AS (
-	INSERT INTO %[1]squeue AS q (key, method, request_uri, host, header_raw, remote_addr, tls, body, route, namespace, ttl_micros, trace_parent, accepted_at, attempts, due_at)
-	SELECT key, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, now(), 0, now() FROM won
+	INSERT INTO %[1]squeue AS q (key, method, request_uri, host, header_raw, remote_addr, tls, body, route, namespace, ttl_micros, trace_parent, accepted_at, attempts, due_at,
+		order_key, order_seq, order_block)
+	SELECT key, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, now(), 0, now(),
+		$14::text, ` + placeAtEnd + `, $15 FROM won
 	ON CONFLICT (key) DO UPDATE SET method = excluded.method, request_uri = excluded.request_uri,
 		host = excluded.host, header = NULL, header_raw = excluded.header_raw, remote_addr = excluded.remote_addr, tls = excluded.tls,
 		body = excluded.body, route = excluded.route, namespace = excluded.namespace, ttl_micros = excluded.ttl_micros,
 		trace_parent = excluded.trace_parent, accepted_at = excluded.accepted_at, attempts = 0, due_at = excluded.due_at,
-		lease_token = NULL, last_status = NULL, last_error = NULL, failed_at = NULL
+		lease_token = NULL, last_status = NULL, last_error = NULL, failed_at = NULL,
+		order_key = excluded.order_key, order_seq = excluded.order_seq, order_block = excluded.order_block
 	RETURNING q.key
 )
 SELECT true, ` + noRecord + ` FROM queued LEFT JOIN LATERAL (SELECT pg_notify($9, queued.key) WHERE $9::text IS NOT NULL) AS notified ON true
 UNION ALL
 SELECT false, * FROM live`
+
+// placeAtEnd is a new place at the end of the order key $14 (NULL
+// without one): the next value of the sequence, drawn once a lock on the
+// key is held. The lock lasts until the statement commits, so the places
+// of one key follow the order of the commits (of the 202s): a place drawn
+// without it could commit after a later one, which a Take might hand out
+// first. Keys whose hashes collide only wait for each other.
+const placeAtEnd = `CASE WHEN $14::text IS NOT NULL THEN (SELECT nextval('%[1]squeue_order_seq')
+	FROM (SELECT pg_advisory_xact_lock(hashtextextended($14::text, 0))) AS locked) END`
+
+// headOnly is the condition of a Take on the row q: no earlier place of
+// its order key is held (true for a row without one), one probe of the
+// order index.
+const headOnly = `NOT EXISTS (SELECT FROM %[1]squeue h WHERE h.order_key = q.order_key AND h.order_seq < q.order_seq)`
 
 // takeLease leases the due deliveries its statement's first step (due)
 // picked and locked to one caller: $2 is the lease's token, $3 its length.
@@ -56,8 +73,8 @@ RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remo
 
 // takeAllSQL takes from every route (dedup.AllRoutes), by the due index.
 const takeAllSQL = `WITH due AS (
-	SELECT key FROM %[1]squeue
-	WHERE failed_at IS NULL AND due_at <= now()
+	SELECT key FROM %[1]squeue q
+	WHERE failed_at IS NULL AND due_at <= now() AND ` + headOnly + `
 	ORDER BY due_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
 )` + takeLease
@@ -74,8 +91,8 @@ const takeAllSQL = `WITH due AS (
 // is route then due_at, which only the lane index gives without sorting
 // all the route's due rows first.
 const takeRouteSQL = `WITH due AS (
-	SELECT key FROM %[1]squeue
-	WHERE failed_at IS NULL AND route = ANY(ARRAY[$4::text]) AND due_at <= now()
+	SELECT key FROM %[1]squeue q
+	WHERE failed_at IS NULL AND route = ANY(ARRAY[$4::text]) AND due_at <= now() AND ` + headOnly + `
 	ORDER BY route, due_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
 )` + takeLease
@@ -99,7 +116,7 @@ const takeRestSQL = `WITH RECURSIVE routes (route) AS (
 ), due AS (
 	SELECT lane.key FROM routes CROSS JOIN LATERAL (
 		SELECT q.key, q.due_at FROM %[1]squeue q
-		WHERE q.failed_at IS NULL AND q.route = ANY(ARRAY[routes.route]) AND q.due_at <= now()
+		WHERE q.failed_at IS NULL AND q.route = ANY(ARRAY[routes.route]) AND q.due_at <= now() AND ` + headOnly + `
 		ORDER BY q.route, q.due_at LIMIT $1
 		FOR UPDATE SKIP LOCKED
 	) lane
@@ -129,19 +146,28 @@ const retrySQL = `UPDATE %[1]squeue SET lease_token = NULL, due_at = $3, last_st
 WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL`
 
 // failSQL dead-letters a delivery: its record now expires after the
-// dead-letter retention, and its request stays until then.
+// dead-letter retention, and its request stays until then. An ordered
+// event leaves its key, unless its dead letter blocks it
+// (ORDER_ON_FAILURE=block): then it keeps its place, and its record is
+// kept until it is requeued or forgotten (expiring would let the key go
+// on unseen).
 const failSQL = `WITH mine AS (
-	UPDATE %[1]squeue SET lease_token = NULL, failed_at = now(), last_status = $3, last_error = $4
-	WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key
+	UPDATE %[1]squeue SET lease_token = NULL, failed_at = now(), last_status = $3, last_error = $4,
+		order_seq = CASE WHEN order_block THEN order_seq END
+	WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key, order_seq IS NOT NULL AS holds
 )
-UPDATE %[1]srecords r SET expires_at = now() + $5::bigint * interval '1 microsecond'
+UPDATE %[1]srecords r SET expires_at = CASE WHEN mine.holds THEN 'infinity' ELSE now() + $5::bigint * interval '1 microsecond' END
 FROM mine WHERE r.key = mine.key`
 
-// requeueSQL puts a live dead letter back as a new first attempt, and
+// requeueSQL puts a live dead letter back as a new first attempt (an
+// ordered one that left its key at a new place at the end of it, drawn as
+// placeAtEnd does; one that kept its place keeps it), and
 // says what the key held: requeued, or the live record's state (NULL:
 // none).
 const requeueSQL = `WITH mine AS (
-	UPDATE %[1]squeue q SET failed_at = NULL, attempts = 0, accepted_at = now(), due_at = now(), lease_token = NULL
+	UPDATE %[1]squeue q SET failed_at = NULL, attempts = 0, accepted_at = now(), due_at = now(), lease_token = NULL,
+		order_seq = coalesce(q.order_seq, CASE WHEN q.order_key IS NOT NULL THEN (SELECT nextval('%[1]squeue_order_seq')
+			FROM (SELECT pg_advisory_xact_lock(hashtextextended(q.order_key, 0))) AS locked) END)
 	FROM %[1]srecords r
 	WHERE q.key = $1 AND q.failed_at IS NOT NULL AND r.key = q.key AND r.expires_at > now()
 	RETURNING q.key
@@ -198,12 +224,21 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 		channel = &s.sql.notify
 	}
 	won, rec, err := s.claimOnce(ctx, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
-		req.RemoteAddr, req.TLS, body, channel, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent)
+		req.RemoteAddr, req.TLS, body, channel, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent,
+		orderKey(req), req.OrderBlock)
 	s.depth.answered(won || err != nil)
 	if err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
 	return won, rec, nil
+}
+
+// orderKey is the order_key column of req: NULL without one.
+func orderKey(req dedup.Request) *string {
+	if req.OrderKey == "" {
+		return nil
+	}
+	return &req.OrderKey
 }
 
 // announceEvery is how often at most this process's enqueues notify the

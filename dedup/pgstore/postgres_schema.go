@@ -90,6 +90,18 @@ CREATE INDEX IF NOT EXISTS %[1]squeue_failed ON %[1]squeue (key) WHERE failed_at
 -- cannot run in a transaction); for a large queue, create it beforehand
 -- with CREATE INDEX CONCURRENTLY and this finds it there.
 CREATE INDEX IF NOT EXISTS %[1]squeue_lane ON %[1]squeue (route, due_at) WHERE failed_at IS NULL;
+-- Added with ordered delivery (a route's order= option): the event's order
+-- key (NULL: none, as for every event queued before), its place in the
+-- key (order_seq, from the sequence, given under a lock on the key so
+-- that the places follow the commits; NULL once it left the key), and
+-- whether its dead letter keeps its place (ORDER_ON_FAILURE=block). Take
+-- passes over an event while its key holds an earlier place, which the
+-- order index finds in one probe.
+ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS order_key text,
+	ADD COLUMN IF NOT EXISTS order_seq bigint,
+	ADD COLUMN IF NOT EXISTS order_block boolean NOT NULL DEFAULT false;
+CREATE SEQUENCE IF NOT EXISTS %[1]squeue_order_seq;
+CREATE INDEX IF NOT EXISTS %[1]squeue_order ON %[1]squeue (order_key, order_seq) WHERE order_seq IS NOT NULL;
 CREATE TABLE IF NOT EXISTS %[1]sowners (
 	key_prefix   text PRIMARY KEY,
 	app_name     text NOT NULL
@@ -154,11 +166,13 @@ const recordColumns = `CASE WHEN q.key IS NULL THEN r.state
 	CASE WHEN r.expires_at = 'infinity' THEN 0 ELSE (extract(epoch FROM r.expires_at - now()) * 1000000)::bigint END,
 	r.status, r.fingerprint, r.content_type, r.body,
 	coalesce(q.attempts, r.attempts), q.last_status, q.last_error,
-	CASE WHEN q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()) THEN q.due_at END`
+	CASE WHEN q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()) THEN q.due_at END,
+	CASE WHEN q.order_seq IS NOT NULL AND q.failed_at IS NULL THEN (SELECT h.key FROM %[1]squeue h
+		WHERE h.order_key = q.order_key AND h.order_seq < q.order_seq ORDER BY h.order_seq LIMIT 1) END`
 
 // noRecord is recordColumns' width in NULLs, for the row of a won claim.
 const noRecord = `NULL::integer, NULL::timestamptz, NULL::bigint, NULL::integer, NULL::bytea, NULL::text, NULL::bytea,
-	NULL::integer, NULL::integer, NULL::text, NULL::timestamptz`
+	NULL::integer, NULL::integer, NULL::text, NULL::timestamptz, NULL::text`
 
 // claimTakeover is the ON CONFLICT clause of a claim: an expired row is
 // taken over as if it were absent; a live one is left alone.
@@ -171,7 +185,7 @@ const claimTakeover = `ON CONFLICT (key) DO UPDATE SET state = excluded.state, t
 // if any, read without a lock, so that a duplicate (the common case) is a
 // read and writes nothing, not even a row lock. The insert that follows
 // runs only when no live record was seen.
-const live = `WITH live (state, since, ttl, status, fingerprint, content_type, body, attempts, last_status, last_error, due) AS (
+const live = `WITH live (state, since, ttl, status, fingerprint, content_type, body, attempts, last_status, last_error, due, blocked_by) AS (
 	SELECT ` + recordColumns + `
 	FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key
 	WHERE r.key = $1 AND r.expires_at > now()
@@ -221,7 +235,7 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		// every statement works without it (a Take of one lane then
 		// reads through the others' due rows), and a proxy not ready
 		// until `migrate` runs would take no webhook at all.
-		ping: f(`SELECT q.route, q.namespace, q.ttl_micros, q.trace_parent, q.header_raw FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
+		ping: f(`SELECT q.route, q.namespace, q.ttl_micros, q.trace_parent, q.header_raw, q.order_key, q.order_seq, q.order_block FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key LIMIT 0`),
 		// A small batch by physical address (a TID scan: no sort, no
 		// long lock), skipping rows a claim is taking over right now.
 		prune: f(`DELETE FROM %[1]srecords WHERE ctid = ANY(ARRAY(

@@ -3,9 +3,11 @@
 -- KEYS[3] the index of open events. ARGV[1] is the event's key, ARGV[2]
 -- the request, ARGV[3] a fresh random token, ARGV[4] the route the event
 -- was accepted on, ARGV[5] the hash tag, ARGV[6] the consumer group,
--- ARGV[7] the most events that may wait for delivery (0: no bound). Every
--- key shares one hash slot. Returns the new stream entry's ID when the
--- caller won, {fields, pttl, now} of the record that already holds the
+-- ARGV[7] the most events that may wait for delivery (0: no bound),
+-- ARGV[8] the event's order key (empty: none) and ARGV[9] '1' if its dead
+-- letter blocks the key. Every key shares one hash slot. Returns the new
+-- stream entry's ID when the caller won (empty when the event waits
+-- behind the head of its order key), {fields, pttl, now} of the record that already holds the
 -- key, or 0 when the key is free but the queue full.
 local now = now_ms()
 local held = redis.call('HGETALL', KEYS[1])
@@ -13,7 +15,7 @@ if #held > 0 then
   -- Finding the caller's own token means this is the client retrying an
   -- enqueue whose answer was lost: the caller won.
   if redis.call('HGET', KEYS[1], 'q') == ARGV[3] then
-    return redis.call('HGET', KEYS[1], 'e')
+    return redis.call('HGET', KEYS[1], 'e') or ''
   end
   return {held, redis.call('PTTL', KEYS[1]), now}
 end
@@ -28,8 +30,17 @@ if max_depth > 0 then
   end
 end
 local route = ARGV[4]
-local id = add_entry(ARGV[5], ARGV[6], ARGV[1], route)
-redis.call('HSET', KEYS[1], 's', 3, 'a', 0, 't', now, 'n', now, 'e', id, 'q', ARGV[3])
+local ok = ARGV[8]
+if ok ~= '' then
+  redis.call('HSET', KEYS[1], 'ok', ok, 'ob', ARGV[9])
+end
+local id = ''
+if ok == '' or join(ARGV[5], ok, ARGV[1]) then
+  id = add_entry(ARGV[5], ARGV[6], ARGV[1], route)
+  redis.call('HSET', KEYS[1], 's', 3, 'a', 0, 't', now, 'n', now, 'e', id, 'q', ARGV[3])
+else
+  redis.call('HSET', KEYS[1], 's', 3, 'a', 0, 't', now, 'n', WAITING, 'q', ARGV[3])
+end
 if route ~= '' then
   -- The lane a retry, a takeover or a requeue goes back to. None for the
   -- empty route, as in the records the previous version wrote.

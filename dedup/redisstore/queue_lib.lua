@@ -98,3 +98,49 @@ local function held_deliveries(tag, group)
   end
   return held
 end
+
+-- Ordered events (an order key, the record's field ok): each holds a
+-- place in its key's list, {tag}#ord:<key>, from its enqueue until it
+-- completes, is forgotten, or is dead-lettered without blocking (field
+-- ob '1' keeps a dead letter at the head). Only the head is ever on a
+-- stream or among the retries; an event behind it has no entry and its
+-- 'n' is WAITING until the head's leaving puts it on its route's stream
+-- (promote), in the script that settles the head.
+local WAITING = '9223372036854775807'
+
+local function order_list(tag, ok)
+  return tag .. '#ord:' .. ok
+end
+
+-- promote puts the head of ok's list on its route's stream if it waits.
+local function promote(tag, group, ok)
+  local head = redis.call('LINDEX', order_list(tag, ok), 0)
+  if not head then
+    return
+  end
+  local a = tag .. head
+  local st = redis.call('HMGET', a, 's', 'n', 'rt')
+  if st[1] == '3' and st[2] == WAITING then
+    redis.call('HSET', a, 'n', now_ms(), 'e', add_entry(tag, group, head, st[3] or ''))
+  end
+end
+
+-- join gives key a place at the end of ok's list and reports whether it
+-- is the head.
+local function join(tag, ok, key)
+  return redis.call('RPUSH', order_list(tag, ok), key) == 1
+end
+
+-- leave takes key out of its place in ok's list (none if ok is false),
+-- and puts the next event on its stream if key was the head.
+local function leave(tag, group, key, ok)
+  if not ok or ok == '' then
+    return
+  end
+  local list = order_list(tag, ok)
+  local head = redis.call('LINDEX', list, 0) == key
+  redis.call('LREM', list, 1, key)
+  if head then
+    promote(tag, group, ok)
+  end
+end

@@ -15,15 +15,16 @@ end
 local n = 0
 for _, k in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   local a = tag .. k
-  local st = redis.call('HMGET', a, 's', 'e', 'rt')
+  local st = redis.call('HMGET', a, 's', 'e', 'rt', 'n')
   local route = st[3] or ''
   -- Present only if the entry is this event's: a stream created again
   -- within the same millisecond can reuse an ID another event held.
   local present = entry_stream(tag, k, route, st[2])
   local retrying = st[1] == '3' and (redis.call('ZSCORE', lane_key(tag, 'retry', route), k) or
     redis.call('ZSCORE', lane_key(tag, 'retry', ''), k))
-  if present or retrying then
-    -- Delivered again from the stream, or from the retries.
+  if present or retrying or st[4] == WAITING then
+    -- Delivered again from the stream, or from the retries; or it waits
+    -- behind the head of its order key, which puts it on its stream.
   elseif st[1] == '3' or st[1] == '4' then
     -- A delivery under way stays its holder's (its token is unchanged,
     -- and Take skips it until its lease runs out); it settles the new

@@ -6,11 +6,13 @@
 --   'retry':   ARGV[6] due at ms, ARGV[7] status, ARGV[8] reason,
 --              ARGV[9] the route of the delivery's request
 --   'fail':    ARGV[6] keep ms, ARGV[7] status, ARGV[8] reason
--- Returns 1 when settled, 0 when the caller no longer holds the delivery.
+-- Returns 1 when settled, 2 when failed and kept without expiry (a dead
+-- letter that holds its order key), 0 when the caller no longer holds the
+-- delivery.
 -- A succeed that the caller already made (its answer lost) returns 1: the
 -- completed record keeps the token that completed it.
 local tag = ARGV[4]
-local st = redis.call('HMGET', KEYS[1], 's', 'k', 'e', 'rt')
+local st = redis.call('HMGET', KEYS[1], 's', 'k', 'e', 'rt', 'ok', 'ob')
 if st[1] == '2' and st[2] == ARGV[3] and ARGV[5] == 'succeed' then
   return 1
 end
@@ -31,6 +33,7 @@ if outcome == 'succeed' then
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[3], ARGV[2])
+  leave(tag, ARGV[1], ARGV[2], st[5])
 elseif outcome == 'retry' then
   -- Due again in its route's lane. A record the previous version wrote
   -- has no route (its events are the empty route's lane): it takes its
@@ -45,11 +48,19 @@ elseif outcome == 'retry' then
 else
   local now = now_ms()
   redis.call('HSET', KEYS[1], 's', 5, 'n', now, 'ls', ARGV[7], 'le', ARGV[8])
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  if st[5] and st[6] == '1' then
+    -- It holds its order key (ORDER_ON_FAILURE=block): kept until it is
+    -- requeued or forgotten, as expiring would let the key go on unseen.
+    -- Listed after every dead letter that expires.
+    redis.call('ZADD', KEYS[4], now + 100 * 365 * 86400000, ARGV[2])
+    return 2
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
-  redis.call('ZREM', KEYS[3], ARGV[2])
   -- Scored by when the dead letter expires, so expired ones are dropped
   -- from the index by score.
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[2])
+  leave(tag, ARGV[1], ARGV[2], st[5])
 end
 return 1

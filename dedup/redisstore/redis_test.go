@@ -348,7 +348,9 @@ func (s prefixed) Release(ctx context.Context, c dedup.Claim) error {
 }
 
 func (s prefixed) Lookup(ctx context.Context, key string) (dedup.Record, error) {
-	return s.Store.Lookup(ctx, s.p+key)
+	rec, err := s.Store.Lookup(ctx, s.p+key)
+	rec.Delivery.BlockedBy = strings.TrimPrefix(rec.Delivery.BlockedBy, s.p)
+	return rec, err
 }
 
 func (s prefixed) Forget(ctx context.Context, key string) (bool, error) {

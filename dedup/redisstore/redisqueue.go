@@ -232,7 +232,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 	err = s.onMaster(ctx, s.queue.open, func(c Client, replicate func() error) error {
 		var err error
 		answer, err = queueEnqueueScript.Run(ctx, c, []string{s.queue.record(key), s.queue.request(key), s.queue.open},
-			key, payload, qtok, req.Route, s.queue.tag, queueGroup, max(maxDepth, 0)).Result()
+			key, payload, qtok, req.Route, s.queue.tag, queueGroup, max(maxDepth, 0), req.OrderKey, orderBlock(req)).Result()
 		if err != nil {
 			return err
 		}
@@ -266,6 +266,15 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 		s.expireMarker(ctx, key, rec.TTL)
 	}
 	return false, rec, nil
+}
+
+// orderBlock is queue_enqueue.lua's flag of an event whose dead letter
+// holds its order key.
+func orderBlock(req dedup.Request) string {
+	if req.OrderKey != "" && req.OrderBlock {
+		return "1"
+	}
+	return "0"
 }
 
 // replicateQueued waits for what WaitReplicas asks: on Redis 7.2 and later
@@ -315,23 +324,25 @@ func str(v any) string {
 	}
 }
 
-// settle runs queue_settle.lua for d with the outcome's arguments.
-func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, args ...any) error {
+// settle runs queue_settle.lua for d with the outcome's arguments, and
+// reports whether it kept a dead letter without expiry (one that holds
+// its order key).
+func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, args ...any) (kept bool, err error) {
 	key := d.Claim.Key
 	if _, err := storeop.CheckOwned(ctx, op, key, d.Claim.Token); err != nil {
-		return err
+		return false, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	all := append([]any{queueGroup, key, d.Claim.Token, s.queue.tag, op}, args...)
 	n, err := queueSettleScript.Run(ctx, s.scripts, s.queue.settleKeys(key), all...).Int64()
 	if err != nil {
-		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
+		return false, fmt.Errorf("dedup: %s %s: %w", op, key, err)
 	}
-	if n != 1 {
-		return fmt.Errorf("dedup: %s %s: %w", op, key, dedup.ErrNotOwner)
+	if n != 1 && n != 2 {
+		return false, fmt.Errorf("dedup: %s %s: %w", op, key, dedup.ErrNotOwner)
 	}
-	return nil
+	return n == 2, nil
 }
 
 // expireMarker gives key's marker the lifetime of its async record. It is
@@ -350,7 +361,7 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 	if err := codec.CheckResult(res); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
-	if err := s.settle(ctx, "succeed", d, codec.EncodeCompleted(res, time.Now().Unix()), storeop.Millis(ttl), res.Status); err != nil {
+	if _, err := s.settle(ctx, "succeed", d, codec.EncodeCompleted(res, time.Now().Unix()), storeop.Millis(ttl), res.Status); err != nil {
 		return err
 	}
 	s.expireMarker(ctx, d.Claim.Key, ttl)
@@ -364,7 +375,8 @@ func (s *Store) Retry(ctx context.Context, d dedup.Delivery, next time.Time, sta
 	}
 	// The request's route: the lane of an event the previous version
 	// queued, whose record has none (queue_settle.lua).
-	return s.settle(ctx, "retry", d, next.UnixMilli(), status, reason, d.Request.Route)
+	_, err := s.settle(ctx, "retry", d, next.UnixMilli(), status, reason, d.Request.Route)
+	return err
 }
 
 // Fail dead-letters d's event, kept with its request for keep.
@@ -375,8 +387,12 @@ func (s *Store) Fail(ctx context.Context, d dedup.Delivery, status int, reason s
 	if err := codec.CheckResult(dedup.Result{Status: status}); err != nil {
 		return fmt.Errorf("dedup: fail %s: %w", d.Claim.Key, err)
 	}
-	if err := s.settle(ctx, "fail", d, storeop.Millis(keep), status, reason); err != nil {
+	kept, err := s.settle(ctx, "fail", d, storeop.Millis(keep), status, reason)
+	if err != nil {
 		return err
+	}
+	if kept {
+		keep = 0 // the marker lives as long as its record
 	}
 	s.expireMarker(ctx, d.Claim.Key, keep)
 	return nil
@@ -481,7 +497,7 @@ func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 
 // lookupAsync returns key's async record, or ErrNotFound.
 func (s *Store) lookupAsync(ctx context.Context, key string) (dedup.Record, error) {
-	v, err := queueLookupScript.Run(ctx, s.scripts, []string{s.queue.record(key)}).Result()
+	v, err := queueLookupScript.Run(ctx, s.scripts, []string{s.queue.record(key)}, s.queue.tag, key).Result()
 	if errors.Is(err, redis.Nil) {
 		return dedup.Record{}, dedup.ErrNotFound
 	}
@@ -492,10 +508,11 @@ func (s *Store) lookupAsync(ctx context.Context, key string) (dedup.Record, erro
 }
 
 // asyncFromReply decodes the {fields, pttl, now} of an async record that
-// queue_lookup.lua and queue_enqueue.lua return.
+// queue_enqueue.lua returns, and the {fields, pttl, now, head} of
+// queue_lookup.lua.
 func asyncFromReply(v any) (dedup.Record, error) {
 	r, ok := v.([]any)
-	if !ok || len(r) != 3 {
+	if !ok || len(r) < 3 || len(r) > 4 {
 		return dedup.Record{}, fmt.Errorf("%w: script answered %T", codec.ErrBadRecord, v)
 	}
 	flat, _ := r[0].([]any)
@@ -534,6 +551,9 @@ func asyncFromReply(v any) (dedup.Record, error) {
 	}
 	rec := a.Record(now)
 	rec.TTL = ttlOf(pttl)
+	if len(r) == 4 {
+		rec.Delivery.BlockedBy = str(r[3])
+	}
 	return rec, nil
 }
 

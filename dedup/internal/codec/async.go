@@ -27,6 +27,11 @@ const (
 	asyncFixedLen = 36
 )
 
+// Waiting is the At of a queued event that waits behind the head of its
+// order key (dedup.Request.OrderKey): never due by itself, and last in a
+// due index, until the head's settling makes it due.
+const Waiting = math.MaxInt64
+
 type Async struct {
 	State      dedup.State
 	Token      [TokenLen]byte
@@ -102,7 +107,9 @@ func (a Async) Record(now int64) dedup.Record {
 	rec.Delivery = dedup.DeliveryStatus{Attempts: a.Attempts, LastStatus: a.LastStatus, LastError: a.LastError}
 	switch a.State {
 	case dedup.Queued:
-		rec.Delivery.NextAttemptAt = time.UnixMilli(a.At)
+		if a.At != Waiting {
+			rec.Delivery.NextAttemptAt = time.UnixMilli(a.At)
+		}
 	case dedup.Delivering:
 		if a.At <= now {
 			rec.State = dedup.Queued

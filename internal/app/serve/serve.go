@@ -256,7 +256,8 @@ func buildRoutes(cfg *config.Config) ([]proxy.Route, []config.Warning, error) {
 		for _, name := range src.PresetNames() {
 			used[name] = true
 		}
-		routes = append(routes, proxy.Route{Path: spec.Path, Source: src, Delivery: spec.Delivery})
+		routes = append(routes, proxy.Route{Path: spec.Path, Source: src, Delivery: spec.Delivery,
+			Order: spec.Order, OrderBlock: cfg.OrderOnFailure == config.OrderBlock})
 	}
 	for _, p := range providers.Presets() {
 		if len(cfg.Secrets[p.Name]) > 0 && !used[p.Name] {

@@ -1,0 +1,186 @@
+package test
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
+)
+
+// orderedAcme is acme on an ordered route: the order key is the header
+// X-Order-Key.
+const orderedRoute = "/hooks/acme=header:X-Acme-Event-Id;async;order=header:X-Order-Key"
+
+// orderKeys and perKey shape the ordered tests' traffic: event n is the
+// (n / orderKeys)-th of key n % orderKeys.
+const (
+	orderKeys = 50
+	perKey    = 10
+)
+
+// orderedEvent is acme's event n, carrying its order key.
+func orderedEvent(n int) event {
+	ev := acme.Event(n)
+	ev.Extra = http.Header{"X-Order-Key": {fmt.Sprintf("key-%d", n%orderKeys)}}
+	return ev
+}
+
+// failures is how many times the app answers 500 to the event id before
+// it takes it: 0, 1 or 2, fixed by the ID.
+func failures(id string) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % 3)
+}
+
+// TestAsyncOrderedDelivery: 50 keys of 10 events each, sent in turn, behind
+// an app that fails each event 0 to 2 times and answers slowly: each key's
+// app sees its events in the order of their 202s, one at a time (the
+// attempts of one key, in the order they arrived, are the send order with
+// retries repeated in place), on every async store, and across two
+// proxies sharing Redis, Redis Cluster or PostgreSQL (each event sent to
+// either, alternately: the order is the store's order of the 202s).
+func TestAsyncOrderedDelivery(t *testing.T) {
+	t.Parallel()
+	postgres := asyncStore{"PostgreSQL", func(t *testing.T) map[string]string {
+		return map[string]string{"DATABASE_URL": pgtest.New(t).NewDatabase(t)}
+	}}
+	for _, tt := range []struct {
+		store   asyncStore
+		proxies int
+	}{
+		{diskStore, 1},
+		{redisStore, 2},
+		{clusterStore, 2},
+		{postgres, 2},
+	} {
+		t.Run(tt.store.name, func(t *testing.T) {
+			t.Parallel()
+			app := newScriptedApp(t, func(id string, n int) (int, string) {
+				time.Sleep(time.Duration(n%3) * 5 * time.Millisecond) // slow answers, of varying length
+				if n <= failures(id) {
+					return http.StatusInternalServerError, ""
+				}
+				return http.StatusOK, ""
+			})
+			env := asyncEnv(app.URL, tt.store.env(t))
+			env["ROUTES"] = orderedRoute
+			var pxs []*proxy
+			for range tt.proxies {
+				pxs = append(pxs, startProxy(t, env))
+			}
+			ctx, client := testContext(t), newClient(t)
+			const n = orderKeys * perKey
+			for i := range n {
+				expect(t, "an ordered webhook", mustSend(t, ctx, client, pxs[i%len(pxs)], acme, orderedEvent(i)), 202, "queued")
+			}
+			// Each key's events one after the other, each taking its
+			// failures plus one attempts.
+			await(t, pxs[0].bounds().delivered(perKey*3), func() error {
+				for i := range n {
+					id := acme.Event(i).ID
+					if got := len(app.seen(id)); got <= failures(id) {
+						return fmt.Errorf("%s: %d attempts, wants %d", id, got, failures(id)+1)
+					}
+				}
+				return nil
+			})
+			checkKeyOrder(t, app, n)
+		})
+	}
+}
+
+// checkKeyOrder checks that each key's attempts, in the order the app
+// received them, are its events in the order they were sent, each
+// repeated only in place (its retries).
+func checkKeyOrder(t *testing.T, app *scriptedApp, n int) {
+	t.Helper()
+	type arrival struct {
+		seq int
+		at  time.Time
+	}
+	byKey := make([][]arrival, orderKeys)
+	for i := range n {
+		for _, a := range app.seen(acme.Event(i).ID) {
+			byKey[i%orderKeys] = append(byKey[i%orderKeys], arrival{i / orderKeys, a.at})
+		}
+	}
+	for k, arrivals := range byKey {
+		slices.SortStableFunc(arrivals, func(x, y arrival) int { return x.at.Compare(y.at) })
+		var got []int
+		for _, a := range arrivals {
+			if len(got) == 0 || got[len(got)-1] != a.seq {
+				got = append(got, a.seq)
+			}
+		}
+		if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(got, want) {
+			t.Errorf("key-%d: the app saw its events in the order %v, want %v", k, got, want)
+		}
+	}
+}
+
+// TestAsyncOrderedHeadAfterKill: a proxy killed (SIGKILL) while the app
+// holds the head of a key: the next proxy on the same store delivers that
+// head again before anything behind it (DATA_DIR as soon as the file is
+// reopened, Redis once LEASE_TTL has run out).
+func TestAsyncOrderedHeadAfterKill(t *testing.T) {
+	t.Parallel()
+	for _, store := range []asyncStore{diskStore, redisStore} {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			app := newScriptedApp(t, nil)
+			release := app.holdAll()
+			t.Cleanup(release)
+			env := asyncEnv(app.URL, store.env(t))
+			env["ROUTES"] = orderedRoute
+			env["UPSTREAM_TIMEOUT"], env["LEASE_TTL"] = "2s", "3s"
+			px := startProxy(t, env)
+			ctx, client := testContext(t), newClient(t)
+			const events = 3
+			for i := range events {
+				// One key: events 0, orderKeys, 2*orderKeys.
+				expect(t, "an ordered webhook", mustSend(t, ctx, client, px, acme, orderedEvent(i*orderKeys)), 202, "queued")
+			}
+			head := acme.Event(0).ID
+			await(t, px.bounds().delivered(1), func() error {
+				if len(app.seen(head)) == 0 {
+					return fmt.Errorf("the head has not reached the app")
+				}
+				return nil
+			})
+			px.Kill()
+			release()
+			next := startProxy(t, env)
+			await(t, next.bounds().delivered(events+1), func() error {
+				for i := range events {
+					if len(app.seen(acme.Event(i*orderKeys).ID)) == 0 {
+						return fmt.Errorf("event %d not delivered", i)
+					}
+				}
+				if len(app.seen(head)) < 2 {
+					return fmt.Errorf("the head was not delivered again")
+				}
+				return nil
+			})
+			var got []string
+			for i := range events {
+				for _, a := range app.seen(acme.Event(i * orderKeys).ID) {
+					got = append(got, fmt.Sprintf("%s@%d", acme.Event(i*orderKeys).ID, a.at.UnixNano()))
+				}
+			}
+			slices.SortFunc(got, func(x, y string) int {
+				var xa, ya int64
+				fmt.Sscanf(x[len(head)+1:], "%d", &xa)
+				fmt.Sscanf(y[len(head)+1:], "%d", &ya)
+				return int(xa - ya)
+			})
+			if len(got) < 2 || got[0][:len(head)] != head || got[1][:len(head)] != head {
+				t.Errorf("the app saw %v, want the head twice before anything behind it", got)
+			}
+		})
+	}
+}
