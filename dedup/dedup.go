@@ -132,6 +132,10 @@ type DeliveryStatus struct {
 	LastError string
 	// NextAttemptAt is when a queued event is due; zero otherwise.
 	NextAttemptAt time.Time
+	// History is the last HistoryLen attempts, oldest first; nil for a
+	// sync record, or an event not yet attempted or recorded before the
+	// history was kept. Only Lookup and Events fill it in.
+	History []Attempt
 }
 
 // ErrPrefixOwned means the key prefix holds the records of another

@@ -209,6 +209,9 @@ func (d *Store) settle(ctx context.Context, op string, dl dedup.Delivery, status
 			next.Token = [codec.TokenLen]byte{}
 		}
 		next.LastStatus, next.LastError = status, reason
+		if err := b.addAttempt(key, dl, status, reason); err != nil {
+			return err
+		}
 		expires := change(&next, now)
 		route := b.routeOf(key) // before a completion drops the request
 		if next.State == dedup.Completed {

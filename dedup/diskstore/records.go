@@ -119,7 +119,9 @@ func (d *Store) Lookup(ctx context.Context, key string) (dedup.Record, error) {
 			return dedup.ErrNotFound
 		}
 		var err error
-		rec, err = s.record(now)
+		if rec, err = s.record(now); err == nil && len(s.value) > 0 && s.value[0] == codec.TagAsync {
+			rec.Delivery.History = buckets(tx).history([]byte(key))
+		}
 		return err
 	})
 	if err != nil {
