@@ -188,9 +188,14 @@ var eventCases = []queueCase{
 	{"events history bound and restart", func(t *testing.T, s queueStore, again func() queueStore) {
 		MustEnqueue(t, s, "h")
 		long := strings.Repeat("é", dedup.AttemptErrorMax) // two bytes each: cut on a character
-		for range 12 {
+		for n := 1; n <= 12; n++ {
 			d := TakeOne(t, s, Lease)
 			settleTimed(t, "retry", s, d, time.Now().Add(-time.Second), 503, long)
+			// After each attempt: the newest ones, up to the bound.
+			h := MustLookup(t, s, "h").Delivery.History
+			if len(h) != min(n, dedup.HistoryLen) || h[len(h)-1].Number != n || h[0].Number != max(1, n-dedup.HistoryLen+1) {
+				t.Fatalf("after %d attempts: history numbers %v, want the newest %d", n, numbers(h), min(n, dedup.HistoryLen))
+			}
 		}
 		check := func(s queueStore, when string) {
 			t.Helper()
