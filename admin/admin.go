@@ -52,6 +52,10 @@ type Config struct {
 	// DeadLetters serves the dead-letter listing and retries. If nil (no
 	// async route), those paths answer 404.
 	DeadLetters DeadLetters
+	// Events serves the events listing (GET /v1/events): the queue of a
+	// store that keeps one, async routes or not. If nil (the store keeps
+	// no queue: memory, DynamoDB), the listing answers 404 saying so.
+	Events EventLister
 	// KeyPrefix is the store key prefix, as the proxy uses it.
 	KeyPrefix string
 	// Logger logs admin actions. If nil, nothing is logged.
@@ -88,6 +92,11 @@ func New(cfg Config) *Server {
 	})
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /v1/events", s.authorized(s.listEvents))
+	s.mux.HandleFunc("/v1/events", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+	}))
 	s.mux.HandleFunc("GET /v1/events/{namespace}/{id}", s.authorized(s.inspect))
 	s.mux.HandleFunc("DELETE /v1/events/{namespace}/{id}", s.authorized(s.forget))
 	s.mux.HandleFunc("POST /v1/events/{namespace}/{id}/retry", s.authorized(s.retry))
@@ -216,6 +225,17 @@ type Event struct {
 	LastStatus    int    `json:"last_status,omitempty"`
 	LastError     string `json:"last_error,omitempty"`
 	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+	// AcceptedAt is when an async event was accepted (or requeued), where
+	// known (RFC 3339, to the millisecond): the listing, and a queued or
+	// delivering event.
+	AcceptedAt string `json:"accepted_at,omitempty"`
+	// FailedAt and CompletedAt are when an async event was dead-lettered
+	// or completed (RFC 3339, to the millisecond).
+	FailedAt    string `json:"failed_at,omitempty"`
+	CompletedAt string `json:"completed_at,omitempty"`
+	// AttemptsHistory is an async event's last dedup.HistoryLen attempts,
+	// oldest first ([] before the first); omitted for sync records.
+	AttemptsHistory []Attempt `json:"attempts_history,omitzero"`
 	// BlockedBy is, for an event of an ordered route waiting behind the
 	// head of its order key, that head: the event whose completion (or
 	// dead letter, or forgetting) it waits for. Omitted otherwise.
@@ -268,6 +288,16 @@ func NewEvent(namespace, id string, rec dedup.Record, now time.Time) Event {
 		ev.Attempts, ev.LastStatus, ev.LastError = d.Attempts, d.LastStatus, d.LastError
 		if !d.NextAttemptAt.IsZero() && rec.State == dedup.Queued {
 			ev.NextAttemptAt = d.NextAttemptAt.UTC().Format(time.RFC3339)
+		}
+		ev.AttemptsHistory = history(d.History)
+		switch since := rec.Since.UTC().Format(rfc3339ms); {
+		case rec.Since.IsZero():
+		case rec.State == dedup.Failed:
+			ev.FailedAt = since
+		case rec.State == dedup.Completed:
+			ev.CompletedAt = since
+		default:
+			ev.AcceptedAt = since
 		}
 	}
 	return ev

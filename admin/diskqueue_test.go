@@ -27,7 +27,7 @@ func newDiskFixture(t *testing.T) (*fixture, *diskstore.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	adm := admin.New(admin.Config{Store: st, DeadLetters: st, Gatherer: prometheus.NewRegistry(), Token: token, KeyPrefix: prefix})
+	adm := admin.New(admin.Config{Store: st, DeadLetters: st, Events: st, Gatherer: prometheus.NewRegistry(), Token: token, KeyPrefix: prefix})
 	srv := httptest.NewServer(adm)
 	t.Cleanup(srv.Close)
 	return &fixture{admin: adm, srv: srv}, st

@@ -137,6 +137,10 @@ type DeliveryStatus struct {
 	// key, the head's key (the event whose completion it waits for);
 	// empty for every other event. Stores that cannot tell leave it empty.
 	BlockedBy string
+	// History is the last HistoryLen attempts, oldest first; nil for a
+	// sync record, or an event not yet attempted or recorded before the
+	// history was kept. Only Lookup and Events fill it in.
+	History []Attempt
 }
 
 // ErrPrefixOwned means the key prefix holds the records of another

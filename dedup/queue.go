@@ -84,6 +84,12 @@ type Delivery struct {
 	Attempt int
 	// AcceptedAt is when the event was accepted (RETRY_MAX_AGE counts from it).
 	AcceptedAt time.Time
+	// Began and Took time the attempt that Succeed, Retry or Fail
+	// settles: the store keeps them, with the outcome, as the newest entry
+	// of the event's history (Tried), in the same write. Zero Began: the
+	// event is settled without an attempt to record.
+	Began time.Time
+	Took  time.Duration
 }
 
 // DeadLetter is a failed event as the dead-letter listing shows it.
@@ -216,6 +222,11 @@ type Operator interface {
 	// Stats reports the queue's depth, its oldest event's age and the
 	// number of dead letters.
 	Stats(ctx context.Context) (QueueStats, error)
+	// Events lists one page of the async events q chooses, oldest first
+	// by the time their state lists by, then by key: an event that stays
+	// in its state is neither repeated nor skipped from page to page.
+	// ErrBadCursor if q.Cursor is not one a page of q.State returned.
+	Events(ctx context.Context, q EventQuery) (EventPage, error)
 }
 
 // Queue is the async delivery queue a durable store keeps beside its

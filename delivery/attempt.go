@@ -233,6 +233,9 @@ func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool) {
 		}
 	}
 	fields = append(fields, zap.String("route", route), zap.Int("app_status", o.status), zap.Duration("duration", now.Sub(start)))
+	// Every settling write below records this attempt in the event's
+	// history, in the same write (dedup.Delivery.Began).
+	timed := func(d dedup.Delivery) dedup.Delivery { d.Began, d.Took = start, now.Sub(start); return d }
 
 	if o.err == nil && upstream.Completes(o.status) {
 		if ttl <= 0 {
@@ -240,7 +243,7 @@ func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool) {
 		}
 		sum := sha256.Sum256(d.Request.Body)
 		res := w.completion.Result(o.status, o.header, sum, o.replay)
-		err := w.succeed(ctx, h, res, ttl, fields)
+		err := w.succeed(ctx, h, timed, res, ttl, fields)
 		w.cfg.Metrics.delivered(route, resultSucceeded, d.Attempt)
 		fields = append(fields, zap.String("result", resultSucceeded))
 		span.settled(resultSucceeded, "")
@@ -274,14 +277,14 @@ func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool) {
 		span.settled(resultRetry, reason)
 		// Shutdown: the event goes back, due at once for the next process.
 		err := w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
-			return w.cfg.Queue.Retry(ctx, d, now, o.status, lastError)
+			return w.cfg.Queue.Retry(ctx, timed(d), now, o.status, lastError)
 		})
 		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
 		return
 	}
 	if (w.cfg.MaxAttempts > 0 && d.Attempt >= w.cfg.MaxAttempts) || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
 		err := w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
-			return w.cfg.Queue.Fail(ctx, d, o.status, lastError, w.cfg.DeadLetterTTL)
+			return w.cfg.Queue.Fail(ctx, timed(d), o.status, lastError, w.cfg.DeadLetterTTL)
 		})
 		w.cfg.Metrics.delivered(route, resultDeadLettered, d.Attempt)
 		fields = append(fields, zap.String("result", resultDeadLettered), zap.Stringer("kept", w.cfg.DeadLetterTTL))
@@ -298,7 +301,7 @@ func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool) {
 	next := now.Add(w.backoff(d.Attempt, o))
 	span.settled(resultRetry, reason)
 	err = w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
-		return w.cfg.Queue.Retry(ctx, d, next, o.status, lastError)
+		return w.cfg.Queue.Retry(ctx, timed(d), next, o.status, lastError)
 	})
 	w.cfg.Metrics.delivered(route, resultRetry, d.Attempt)
 	w.settled(append(fields, zap.String("result", resultRetry), zap.Time("next_attempt_at", next)), "delivery failed: retrying later", err)

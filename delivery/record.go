@@ -174,17 +174,18 @@ func (w *Workers) keep(ctx context.Context, h *held, route string) (stop func())
 	return func() { cancel(); <-done }
 }
 
-// succeed records that the app took h's event with res, kept for ttl. A
+// succeed records that the app took h's event with res, kept for ttl,
+// and the attempt as timed says. A
 // store that refuses the write is asked again, with growing pauses, until
 // it takes it, the event is lost to another worker (dedup.ErrNotOwner:
 // its lease ran out, and a process sharing the store took it over), or
 // ctx ends (shutdown, past its grace period); each try is bounded by
 // StoreTimeout.
-func (w *Workers) succeed(ctx context.Context, h *held, res dedup.Result, ttl time.Duration, fields []zap.Field) error {
+func (w *Workers) succeed(ctx context.Context, h *held, timed func(dedup.Delivery) dedup.Delivery, res dedup.Result, ttl time.Duration, fields []zap.Field) error {
 	pause := firstRecordPause
 	for tries := 1; ; tries++ {
 		err := w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
-			return w.cfg.Queue.Succeed(ctx, d, res, ttl)
+			return w.cfg.Queue.Succeed(ctx, timed(d), res, ttl)
 		})
 		switch {
 		case err == nil:

@@ -105,6 +105,9 @@ func (b diskBuckets) putAsync(key []byte, route string, old, a codec.Async, expi
 	if err := b.index(key, route, a, expires); err != nil {
 		return err
 	}
+	if err := b.moveEvent(key, old, a); err != nil {
+		return err
+	}
 	return b.put(key, expires, codec.EncodeAsync(a))
 }
 

@@ -109,6 +109,12 @@ func (b diskBuckets) deleteAll(key []byte) error {
 		if err := b.unindex(key, route, a, expires); err != nil {
 			return err
 		}
+		if err := b.moveEvent(key, a, codec.Async{}); err != nil {
+			return err
+		}
+	}
+	if err := b.dropHistory(key); err != nil {
+		return err
 	}
 	if err := b.requests.Delete(key); err != nil {
 		return err

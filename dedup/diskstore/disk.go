@@ -38,6 +38,8 @@ const File = "webhook-dedup.db"
 //	dead     failure time + key: the dead letters
 //	expiry   time + key: the records that expire, by when
 //
+// and the events listing's two (events.go).
+//
 // Expired records are invisible at once, deleted when their key is written
 // again, and swept out in small transactions every sweep interval.
 type Store struct {
@@ -124,6 +126,9 @@ func openDisk(cfg Config, sweepEvery time.Duration) (*Store, error) {
 			}
 		}
 		if err := migrateDue(tx); err != nil {
+			return err
+		}
+		if err := openEvents(tx); err != nil {
 			return err
 		}
 		now := time.Now()

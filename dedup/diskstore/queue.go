@@ -222,6 +222,9 @@ func (d *Store) settle(ctx context.Context, op string, dl dedup.Delivery, status
 			next.Token = [codec.TokenLen]byte{}
 		}
 		next.LastStatus, next.LastError = status, reason
+		if err := b.addAttempt(key, dl, status, reason); err != nil {
+			return err
+		}
 		expires, err := b.settled(key, next.State, change(&next, now), now.UnixMilli())
 		if err != nil {
 			return err

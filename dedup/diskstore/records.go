@@ -121,6 +121,9 @@ func (d *Store) Lookup(ctx context.Context, key string) (dedup.Record, error) {
 		}
 		var err error
 		rec, err = s.record(now)
+		if err == nil && len(s.value) > 0 && s.value[0] == codec.TagAsync {
+			rec.Delivery.History = b.history([]byte(key))
+		}
 		if rec.State == dedup.Queued {
 			rec.Delivery.BlockedBy = b.blockedBy([]byte(key))
 		}

@@ -358,14 +358,17 @@ func (s *Store) Lookup(ctx context.Context, key string) (dedup.Record, error) {
 		return dedup.Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
 	var rec pgRecord
-	err := s.pool.QueryRow(ctx, s.sql.lookup, key).Scan(rec.targets()...)
+	var history []byte
+	err := s.pool.QueryRow(ctx, s.sql.lookup, key).Scan(append(rec.targets(), &history)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return dedup.Record{}, fmt.Errorf("dedup: lookup %s: %w", key, dedup.ErrNotFound)
 	}
 	if err != nil {
 		return dedup.Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
 	}
-	return rec.record(), nil
+	r := rec.record()
+	r.Delivery.History = codec.DecodeHistoryArray(history)
+	return r, nil
 }
 
 // Forget deletes the record for key, whatever its state, with its queued

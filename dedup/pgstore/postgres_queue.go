@@ -134,16 +134,21 @@ WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL`
 
 // succeedSQL completes a delivery its holder still owns: the request goes,
 // the record becomes a completed one.
-const succeedSQL = `WITH mine AS (
-	DELETE FROM %[1]squeue WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key, attempts
+var succeedSQL = `WITH mine AS (
+	DELETE FROM %[1]squeue WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key, attempts, accepted_at
 )
 UPDATE %[1]srecords r SET state = 2, token = $2, since = now(), expires_at = now() + $3::bigint * interval '1 microsecond',
-	status = $4, fingerprint = $5, content_type = $6, body = $7, attempts = mine.attempts
+	status = $4, fingerprint = $5, content_type = $6, body = $7, attempts = mine.attempts,
+	accepted_at = mine.accepted_at, history = ` + historyAppend("$8", "$9") + `
 FROM mine WHERE r.key = mine.key`
 
 // retrySQL gives a delivery back to the queue, due at $3.
-const retrySQL = `UPDATE %[1]squeue SET lease_token = NULL, due_at = $3, last_status = $4, last_error = $5
-WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL`
+var retrySQL = `WITH mine AS (
+	UPDATE %[1]squeue SET lease_token = NULL, due_at = $3, last_status = $4, last_error = $5
+	WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key
+)
+UPDATE %[1]srecords r SET history = ` + historyAppend("$6", "$7") + `
+FROM mine WHERE r.key = mine.key`
 
 // failSQL dead-letters a delivery: its record now expires after the
 // dead-letter retention, and its request stays until then. An ordered
@@ -151,12 +156,13 @@ WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL`
 // (ORDER_ON_FAILURE=block): then it keeps its place, and its record is
 // kept until it is requeued or forgotten (expiring would let the key go
 // on unseen).
-const failSQL = `WITH mine AS (
+var failSQL = `WITH mine AS (
 	UPDATE %[1]squeue SET lease_token = NULL, failed_at = now(), last_status = $3, last_error = $4,
 		order_seq = CASE WHEN order_block THEN order_seq END
 	WHERE key = $1 AND lease_token = $2 AND failed_at IS NULL RETURNING key, order_seq IS NOT NULL AS holds
 )
-UPDATE %[1]srecords r SET expires_at = CASE WHEN mine.holds THEN 'infinity' ELSE now() + $5::bigint * interval '1 microsecond' END
+UPDATE %[1]srecords r SET expires_at = CASE WHEN mine.holds THEN 'infinity' ELSE now() + $5::bigint * interval '1 microsecond' END,
+	history = ` + historyAppend("$6", "$7") + `
 FROM mine WHERE r.key = mine.key`
 
 // requeueSQL puts a live dead letter back as a new first attempt (an
@@ -340,7 +346,7 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
 	status, fp, ct, body := resultColumns(res)
-	err := s.settle(ctx, "succeed", d, s.sql.succeed, micros(ttl), status, fp, ct, body)
+	err := s.settle(ctx, "succeed", d, s.sql.succeed, micros(ttl), status, fp, ct, body, attemptJSON(d, res.Status, ""), dedup.HistoryLen)
 	if errors.Is(err, dedup.ErrNotOwner) && s.succeeded(ctx, d) {
 		return nil // done already: a repeat whose first answer was lost
 	}
@@ -363,7 +369,7 @@ func (s *Store) succeeded(ctx context.Context, d dedup.Delivery) bool {
 
 // Retry gives d back to the queue, due again at next.
 func (s *Store) Retry(ctx context.Context, d dedup.Delivery, next time.Time, status int, reason string) error {
-	err := s.settle(ctx, "retry", d, s.sql.retry, next, nullStatus(status), reason)
+	err := s.settle(ctx, "retry", d, s.sql.retry, next, nullStatus(status), reason, attemptJSON(d, status, reason), dedup.HistoryLen)
 	if !errors.Is(err, dedup.ErrNotOwner) {
 		s.depth.raise() // it waits again, or may (an answer lost)
 	}
@@ -375,7 +381,7 @@ func (s *Store) Fail(ctx context.Context, d dedup.Delivery, status int, reason s
 	if err := storeop.CheckDuration("keep", keep); err != nil {
 		return fmt.Errorf("dedup: fail %s: %w", d.Claim.Key, err)
 	}
-	return s.settle(ctx, "fail", d, s.sql.fail, nullStatus(status), reason, micros(keep))
+	return s.settle(ctx, "fail", d, s.sql.fail, nullStatus(status), reason, micros(keep), attemptJSON(d, status, reason), dedup.HistoryLen)
 }
 
 // nullStatus is a status as the queue keeps it: NULL when no answer came.

@@ -102,6 +102,17 @@ ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS order_key text,
 	ADD COLUMN IF NOT EXISTS order_block boolean NOT NULL DEFAULT false;
 CREATE SEQUENCE IF NOT EXISTS %[1]squeue_order_seq;
 CREATE INDEX IF NOT EXISTS %[1]squeue_order ON %[1]squeue (order_key, order_seq) WHERE order_seq IS NOT NULL;
+-- Added with the events listing (events.go): each async event's last
+-- attempts (a jsonb array; NULL for the rows written before, which list
+-- with an empty history) and, once completed, when it was accepted; the
+-- listing's three orders, each an index range. Built here as the lane
+-- index is (see above): for a large queue, create them beforehand with
+-- CREATE INDEX CONCURRENTLY.
+ALTER TABLE %[1]srecords ADD COLUMN IF NOT EXISTS history jsonb,
+	ADD COLUMN IF NOT EXISTS accepted_at timestamptz;
+CREATE INDEX IF NOT EXISTS %[1]squeue_accepted ON %[1]squeue (accepted_at, (key COLLATE "C")) WHERE failed_at IS NULL;
+CREATE INDEX IF NOT EXISTS %[1]squeue_failed_at ON %[1]squeue (failed_at, (key COLLATE "C")) WHERE failed_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS %[1]srecords_completed ON %[1]srecords (since, (key COLLATE "C")) WHERE state = 2 AND attempts IS NOT NULL;
 CREATE TABLE IF NOT EXISTS %[1]sowners (
 	key_prefix   text PRIMARY KEY,
 	app_name     text NOT NULL
@@ -151,6 +162,7 @@ type statements struct {
 	enqueue, succeed, succeeded, retry, fail, requeue     string
 	takeAll, takeRoute, takeRest, extend                  string
 	deadLetters, stats, notify                            string
+	events                                                [4]string // by dedup.State - Completed (eventsSQL)
 	owner                                                 string
 }
 
@@ -178,7 +190,8 @@ const noRecord = `NULL::integer, NULL::timestamptz, NULL::bigint, NULL::integer,
 // taken over as if it were absent; a live one is left alone.
 const claimTakeover = `ON CONFLICT (key) DO UPDATE SET state = excluded.state, token = excluded.token,
 		since = excluded.since, expires_at = excluded.expires_at,
-		status = NULL, fingerprint = NULL, content_type = NULL, body = NULL, attempts = NULL
+		status = NULL, fingerprint = NULL, content_type = NULL, body = NULL, attempts = NULL,
+		history = NULL, accepted_at = NULL
 	WHERE r.expires_at <= now()`
 
 // live is the first step of a claim: the live record that holds the key,
@@ -225,7 +238,7 @@ WHERE key = $1 AND token = $2 AND (
 	(state = 2 AND status = $4 AND fingerprint IS NOT DISTINCT FROM $5
 		AND content_type IS NOT DISTINCT FROM $6 AND body IS NOT DISTINCT FROM $7))`),
 		release: f(`DELETE FROM %[1]srecords WHERE key = $1 AND token = $2 AND state = 1 AND expires_at > now()`),
-		lookup: f(`SELECT ` + recordColumns + `
+		lookup: f(`SELECT ` + recordColumns + `, r.history
 FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key
 WHERE r.key = $1 AND r.expires_at > now()`),
 		forget: f(`DELETE FROM %[1]srecords WHERE key = $1 RETURNING expires_at > now()`),
@@ -252,6 +265,7 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		requeue:     f(requeueSQL),
 		deadLetters: f(deadLettersSQL),
 		stats:       f(statsSQL),
+		events:      eventStatements(f),
 		notify:      notifyChannel(p),
 		// The owner of a key prefix: this app if it had none. The
 		// snapshot caveat of a claim holds: a concurrent first owner may

@@ -7,6 +7,7 @@ local route = st[2] or ''
 drop_entry(tag, ARGV[1], ARGV[2], route, st[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
+redis.call('ZREM', tag .. '#done', ARGV[2])
 -- A retry is on its route's index, or, put there by the previous
 -- version, on the empty route's.
 redis.call('ZREM', lane_key(tag, 'retry', route), ARGV[2])

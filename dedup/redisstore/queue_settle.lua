@@ -6,6 +6,8 @@
 --   'retry':   ARGV[6] due at ms, ARGV[7] status, ARGV[8] reason,
 --              ARGV[9] the route of the delivery's request
 --   'fail':    ARGV[6] keep ms, ARGV[7] status, ARGV[8] reason
+-- ARGV[10] the attempt's line for the event's history ('' for none; the
+-- history field h keeps the newest ARGV[11] lines).
 -- Returns 1 when settled, 2 when failed and kept without expiry (a dead
 -- letter that holds its order key), 0 when the caller no longer holds the
 -- delivery.
@@ -24,6 +26,17 @@ end
 drop_entry(tag, ARGV[1], ARGV[2], st[4] or '', st[3])
 redis.call('HDEL', KEYS[1], 'e', 'q')
 local outcome = ARGV[5]
+if ARGV[10] ~= '' then
+  local lines = {}
+  for line in string.gmatch(redis.call('HGET', KEYS[1], 'h') or '', '[^\n]+') do
+    table.insert(lines, line)
+  end
+  table.insert(lines, ARGV[10])
+  while #lines > tonumber(ARGV[11]) do
+    table.remove(lines, 1)
+  end
+  redis.call('HSET', KEYS[1], 'h', table.concat(lines, '\n'))
+end
 if outcome ~= 'succeed' then
   redis.call('HDEL', KEYS[1], 'k')
 end
@@ -34,6 +47,15 @@ if outcome == 'succeed' then
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[3], ARGV[2])
   leave(tag, ARGV[1], ARGV[2], st[5])
+  -- The completed events' index (events.go), by when completed; its
+  -- oldest entries whose record expired go as new ones come.
+  local done = tag .. '#done'
+  for _, k in ipairs(redis.call('ZRANGE', done, 0, 1)) do
+    if redis.call('HGET', tag .. k, 's') ~= '2' then
+      redis.call('ZREM', done, k)
+    end
+  end
+  redis.call('ZADD', done, now_ms(), ARGV[2])
 elseif outcome == 'retry' then
   -- Due again in its route's lane. A record the previous version wrote
   -- has no route (its events are the empty route's lane): it takes its

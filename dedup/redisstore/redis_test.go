@@ -401,6 +401,15 @@ func (s prefixed) DeadLetters(ctx context.Context, cursor string, limit int) ([]
 	return dls, next, err
 }
 
+func (s prefixed) Events(ctx context.Context, q dedup.EventQuery) (dedup.EventPage, error) {
+	q.KeyPrefix = s.p + q.KeyPrefix
+	page, err := s.Store.Events(ctx, q)
+	for i := range page.Events {
+		page.Events[i].Key = strings.TrimPrefix(page.Events[i].Key, s.p)
+	}
+	return page, err
+}
+
 // prefixes numbers the key prefixes of redisBackends' stores, so that no
 // two share one, whichever test and server they run on.
 var prefixes atomic.Int64

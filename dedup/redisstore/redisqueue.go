@@ -326,8 +326,9 @@ func str(v any) string {
 
 // settle runs queue_settle.lua for d with the outcome's arguments, and
 // reports whether it kept a dead letter without expiry (one that holds
-// its order key).
-func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, args ...any) (kept bool, err error) {
+// its order key); tried is the attempt to add to the event's history
+// (attemptLine).
+func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, tried string, args ...any) (kept bool, err error) {
 	key := d.Claim.Key
 	if _, err := storeop.CheckOwned(ctx, op, key, d.Claim.Token); err != nil {
 		return false, err
@@ -335,6 +336,10 @@ func (s *Store) settle(ctx context.Context, op string, d dedup.Delivery, args ..
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	all := append([]any{queueGroup, key, d.Claim.Token, s.queue.tag, op}, args...)
+	for len(all) < settleArgs {
+		all = append(all, "")
+	}
+	all = append(all, tried, dedup.HistoryLen)
 	n, err := queueSettleScript.Run(ctx, s.scripts, s.queue.settleKeys(key), all...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("dedup: %s %s: %w", op, key, err)
@@ -361,7 +366,7 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 	if err := codec.CheckResult(res); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
-	if _, err := s.settle(ctx, "succeed", d, codec.EncodeCompleted(res, time.Now().Unix()), storeop.Millis(ttl), res.Status); err != nil {
+	if _, err := s.settle(ctx, "succeed", d, attemptLine(d, res.Status, ""), codec.EncodeCompleted(res, time.Now().Unix()), storeop.Millis(ttl), res.Status); err != nil {
 		return err
 	}
 	s.expireMarker(ctx, d.Claim.Key, ttl)
@@ -375,7 +380,7 @@ func (s *Store) Retry(ctx context.Context, d dedup.Delivery, next time.Time, sta
 	}
 	// The request's route: the lane of an event the previous version
 	// queued, whose record has none (queue_settle.lua).
-	_, err := s.settle(ctx, "retry", d, next.UnixMilli(), status, reason, d.Request.Route)
+	_, err := s.settle(ctx, "retry", d, attemptLine(d, status, reason), next.UnixMilli(), status, reason, d.Request.Route)
 	return err
 }
 
@@ -387,7 +392,7 @@ func (s *Store) Fail(ctx context.Context, d dedup.Delivery, status int, reason s
 	if err := codec.CheckResult(dedup.Result{Status: status}); err != nil {
 		return fmt.Errorf("dedup: fail %s: %w", d.Claim.Key, err)
 	}
-	kept, err := s.settle(ctx, "fail", d, storeop.Millis(keep), status, reason)
+	kept, err := s.settle(ctx, "fail", d, attemptLine(d, status, reason), storeop.Millis(keep), status, reason)
 	if err != nil {
 		return err
 	}
@@ -515,12 +520,22 @@ func asyncFromReply(v any) (dedup.Record, error) {
 	if !ok || len(r) < 3 || len(r) > 4 {
 		return dedup.Record{}, fmt.Errorf("%w: script answered %T", codec.ErrBadRecord, v)
 	}
-	flat, _ := r[0].([]any)
-	pttl, _ := r[1].(int64)
 	now, _ := r[2].(int64)
-	f := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		f[str(flat[i])] = str(flat[i+1])
+	rec, _, err := asyncFields(r[0], r[1], now)
+	if err == nil && len(r) == 4 {
+		rec.Delivery.BlockedBy = str(r[3])
+	}
+	return rec, err
+}
+
+// asyncFields is the async record whose HGETALL is flat and PTTL pttl, at
+// now, and when it was accepted.
+func asyncFields(flat, pttl any, now int64) (dedup.Record, time.Time, error) {
+	fields, _ := flat.([]any)
+	ttl, _ := pttl.(int64)
+	f := make(map[string]string, len(fields)/2)
+	for i := 0; i+1 < len(fields); i += 2 {
+		f[str(fields[i])] = str(fields[i+1])
 	}
 	num := func(name string) int64 {
 		n, _ := strconv.ParseInt(f[name], 10, 64)
@@ -528,7 +543,7 @@ func asyncFromReply(v any) (dedup.Record, error) {
 	}
 	st, err := strconv.Atoi(f["s"])
 	if err != nil {
-		return dedup.Record{}, fmt.Errorf("%w: async record without a state", codec.ErrBadRecord)
+		return dedup.Record{}, time.Time{}, fmt.Errorf("%w: async record without a state", codec.ErrBadRecord)
 	}
 	a := codec.Async{
 		State:      dedup.State(st),
@@ -543,18 +558,20 @@ func asyncFromReply(v any) (dedup.Record, error) {
 	case dedup.Completed:
 		rec, err := codec.DecodeRecord(f["r"])
 		if err != nil || rec.State != dedup.Completed {
-			return dedup.Record{}, fmt.Errorf("%w: completed async record without its result", codec.ErrBadRecord)
+			return dedup.Record{}, time.Time{}, fmt.Errorf("%w: completed async record without its result", codec.ErrBadRecord)
 		}
 		a.Result, a.Completed = rec.Result, rec.Since.Unix()
 	default:
-		return dedup.Record{}, fmt.Errorf("%w: async state %d", codec.ErrBadRecord, st)
+		return dedup.Record{}, time.Time{}, fmt.Errorf("%w: async state %d", codec.ErrBadRecord, st)
 	}
 	rec := a.Record(now)
-	rec.TTL = ttlOf(pttl)
-	if len(r) == 4 {
-		rec.Delivery.BlockedBy = str(r[3])
+	rec.TTL = ttlOf(ttl)
+	rec.Delivery.History = codec.DecodeHistory([]byte(f["h"]))
+	var accepted time.Time
+	if a.Accepted > 0 {
+		accepted = time.UnixMilli(a.Accepted)
 	}
-	return rec, nil
+	return rec, accepted, nil
 }
 
 // heldBy resolves the record a claim or lookup found at key: the value

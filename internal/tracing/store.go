@@ -195,3 +195,7 @@ func (q *queue) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 func (q *queue) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	return q.next.Stats(ctx)
 }
+
+func (q *queue) Events(ctx context.Context, eq dedup.EventQuery) (dedup.EventPage, error) {
+	return q.next.Events(ctx, eq) // the admin API: never within a span
+}

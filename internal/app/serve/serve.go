@@ -137,6 +137,9 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	if queue != nil {
 		adminCfg.DeadLetters = queue
 	}
+	if backend.Queue != nil {
+		adminCfg.Events = backend.Queue
+	}
 	if cfg.ReadyCheckUpstream {
 		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
 	}
