@@ -191,7 +191,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if shot := os.Getenv("CONSOLE_SCREENSHOT"); shot != "" {
 		var png []byte
-		br.run(t, "screenshot", chromedp.FullScreenshot(&png, 90))
+		br.run(t, "screenshot", chromedp.FullScreenshot(&png, 100))
 		if err := os.WriteFile(shot, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
