@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -40,6 +41,9 @@ type browser struct {
 	mu      sync.Mutex
 	allowed map[string]bool
 	blocked []string
+	// refused are the browser's reports of what the page's
+	// Content-Security-Policy blocked (never sent, so not in blocked).
+	refused []string
 }
 
 // newBrowser starts Chromium with a fresh profile and no background
@@ -62,6 +66,11 @@ func newBrowser(t *testing.T, hosts ...string) *browser {
 		b.allowed[h] = true
 	}
 	chromedp.ListenTarget(ctx, func(ev any) {
+		if e, ok := ev.(*cdplog.EventEntryAdded); ok && strings.Contains(e.Entry.Text, "Content Security Policy") {
+			b.mu.Lock()
+			b.refused = append(b.refused, e.Entry.Text)
+			b.mu.Unlock()
+		}
 		e, ok := ev.(*fetch.EventRequestPaused)
 		if !ok {
 			return
@@ -85,7 +94,7 @@ func newBrowser(t *testing.T, hosts ...string) *browser {
 	// The first Run starts the browser, which lives as long as its
 	// context: b.ctx, not a deadline of run's. Every request of the page
 	// then pauses until the listener decides.
-	if err := chromedp.Run(ctx, fetch.Enable()); err != nil {
+	if err := chromedp.Run(ctx, cdplog.Enable(), fetch.Enable()); err != nil {
 		t.Fatalf("starting Chromium: %v", err)
 	}
 	return b
@@ -97,10 +106,12 @@ func (b *browser) allow(host string) {
 	b.allowed[host] = true
 }
 
+// attemptedElsewhere lists the requests to other origins, sent or
+// refused by the page's CSP.
 func (b *browser) attemptedElsewhere() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]string(nil), b.blocked...)
+	return append(append([]string(nil), b.blocked...), b.refused...)
 }
 
 // run runs actions under a deadline, failing the test with what.
@@ -163,14 +174,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	ui := "http://" + px.Admin + "/ui/"
 	br := newBrowser(t, px.Admin)
 
-	var title, cookies string
+	var cookies string
 	br.run(t, "sign in",
 		chromedp.Navigate(ui+"dead-letters"),
 		chromedp.WaitVisible(`#token`, chromedp.ByID),
 		chromedp.SendKeys(`#token`, adminToken, chromedp.ByID),
 		press(`//button[normalize-space()="Sign in"]`),
 		chromedp.WaitVisible(`//h1[normalize-space()="Dead letters"]`, chromedp.BySearch),
-		chromedp.Title(&title),
 		chromedp.Evaluate(`document.cookie`, &cookies),
 	)
 	if cookies != "" {
@@ -329,8 +339,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !selectAll {
 		t.Error("the select-all box did not tick every row: console.js did not run under the CSP")
 	}
+	// The evil page's inline script ran under no CSP: only the
+	// console's pages are held to theirs.
 	if got := br.attemptedElsewhere(); len(got) > 0 {
 		t.Errorf("the console asked for what is not on its own origin: %v", got)
 	}
-	_ = title
 }
