@@ -308,3 +308,50 @@ func TestConsoleCrossSiteWriteRefused(t *testing.T) {
 		}
 	})
 }
+
+// details is the event page's history and request, as a store's event
+// listing would give them.
+type details struct{ d console.Detail }
+
+func (d details) EventDetail(context.Context, string, string) (console.Detail, error) { return d.d, nil }
+
+// TestEventPageMasksAndCuts: the event page masks every header that
+// carries a signature or a credential, indents a JSON body and cuts it at
+// 64 KiB, and shows neither a body that is not text.
+func TestEventPageMasksAndCuts(t *testing.T) {
+	big := `{"pad":"` + strings.Repeat("é", 40<<10) + `"}`
+	for _, tc := range []struct {
+		name       string
+		header     http.Header
+		body       string
+		want, hide []string
+	}{
+		{"signatures and credentials", http.Header{
+			"Stripe-Signature": {"t=1,v1=sig-stripe"}, "X-Hub-Signature-256": {"sha256=sig-github"}, "X-Shopify-Hmac-Sha256": {"sig-shopify"},
+			"Webhook-Signature": {"v1,sig-standard"}, "Authorization": {"Basic c2VjcmV0"}, "X-Api-Key": {"key-1"}, "X-Request-Id": {"req-visible"},
+		}, `{"a":1}`, []string{"req-visible", "•••••• (masked)", "{\n  &#34;a&#34;: 1\n}"}, []string{"sig-stripe", "sig-github", "sig-shopify", "sig-standard", "c2VjcmV0", "key-1"}},
+		{"a JSON body over 64 KiB", nil, big, []string{"Cut at 64 KiB", "bytes more not shown"}, []string{`"}`}},
+		{"a body that is not text", nil, "\x00\xff\xfe", []string{"not text: not shown"}, []string{"\xff"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, token, func(c *console.Config) {
+				c.Details = details{console.Detail{Request: &dedup.Request{Header: tc.header, Body: []byte(tc.body)}}}
+			})
+			storetest.DeadLetter(t, f.st, prefix+"github:e1")
+			r := f.do(t, http.MethodGet, "/ui/event?namespace=github&id=e1", nil, map[string]string{"Authorization": "Bearer " + token})
+			if r.status != http.StatusOK {
+				t.Fatalf("%d, want 200", r.status)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.body, w) {
+					t.Errorf("the page lacks %q", w)
+				}
+			}
+			for _, h := range tc.hide {
+				if strings.Contains(r.body, h) {
+					t.Errorf("the page shows %q", h)
+				}
+			}
+		})
+	}
+}
