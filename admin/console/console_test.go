@@ -313,7 +313,9 @@ func TestConsoleCrossSiteWriteRefused(t *testing.T) {
 // listing would give them.
 type details struct{ d console.Detail }
 
-func (d details) EventDetail(context.Context, string, string) (console.Detail, error) { return d.d, nil }
+func (d details) EventDetail(context.Context, string, string) (console.Detail, error) {
+	return d.d, nil
+}
 
 // TestEventPageMasksAndCuts: the event page masks every header that
 // carries a signature or a credential, indents a JSON body and cuts it at
