@@ -92,9 +92,10 @@ test: deps
 soak: deps
 	FAULT_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run '^TestFaultMatrix$$' ./test/
 
-# What the tests run for real: redis-server and PostgreSQL (Debian; the
-# tests run initdb and postgres themselves, as an unprivileged user when
-# root), dynalite (npm: a DynamoDB on LevelDB; version 4 needs Node.js 20
+# What the tests run for real: redis-server, PostgreSQL and Chromium
+# (Debian; the tests run initdb and postgres themselves, as an
+# unprivileged user when root, and drive the console in headless
+# Chromium), dynalite (npm: a DynamoDB on LevelDB; version 4 needs Node.js 20
 # or later), kustomize and helm (Go).
 deps:
 	@command -v dynalite >/dev/null || { \
@@ -114,6 +115,7 @@ deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
 	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

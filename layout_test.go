@@ -75,7 +75,7 @@ var layerRules = []struct {
 var (
 	// httpPackages handle requests; they reach a store only through the
 	// interfaces of dedup.
-	httpPackages = []string{"proxy", "admin", "delivery", "upstream", "signature", "providers"}
+	httpPackages = []string{"proxy", "admin/...", "delivery", "upstream", "signature", "providers"}
 	// storePackages are the stores and what they share.
 	storePackages = []string{"dedup/memstore", "dedup/diskstore/...", "dedup/redisstore/...", "dedup/pgstore/...", "dedup/dynamostore/...", "dedup/internal/..."}
 	// drivers are the database clients only stores may link.
@@ -97,7 +97,7 @@ var (
 		{"stores and webhook formats", slices.Concat(storePackages, []string{"providers", "signature"})},
 		{"configuration", []string{"config"}},
 		{"libraries", []string{"internal/server", "internal/tracing", "internal/memlimit"}},
-		{"the request path", []string{"proxy", "delivery", "upstream", "admin"}},
+		{"the request path", []string{"proxy", "delivery", "upstream", "admin/..."}},
 		{"the composition root", []string{"internal/app/..."}},
 		{"the process", []string{"."}},
 	}

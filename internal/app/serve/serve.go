@@ -144,6 +144,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
 	}
 	adm := admin.New(adminCfg)
+	adm.MountConsole(operatorConsole(cfg, routes, st, queue, backlog, reg, log.Named("console")))
 
 	// Requests are tracked so that, when draining runs out of time, the
 	// handlers still running get to release their claims before exit.
