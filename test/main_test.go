@@ -20,6 +20,11 @@ var binary string
 // or, when binary was built with -race, one built without it on first use.
 var memoryBinary func() (string, error)
 
+// previousBinary is the previous release's executable (previousRelease),
+// built from git history on first use, once per test binary; errNoHistory
+// when the checkout has none.
+var previousBinary func() (string, error)
+
 // build builds the module's binary into out, with the extra go build flags.
 func build(out string, flags []string) error {
 	root, err := filepath.Abs("..")
@@ -66,6 +71,8 @@ func runTests(m *testing.M) int {
 			})
 		}
 	}
+
+	previousBinary = sync.OnceValues(func() (string, error) { return buildPrevious(dir) })
 
 	// Most of these tests wait on processes, leases and timeouts rather than
 	// burn CPU, so run more of them at once than the default GOMAXPROCS,

@@ -68,6 +68,14 @@ type Config struct {
 	// WaitTimeout bounds each WAIT. Zero: 250ms.
 	WaitTimeout time.Duration
 
+	// CompactRecords writes completed records in the compact form (a
+	// 64-bit integer, 16 bytes less in Redis's memory each; see
+	// codec.EncodeCompact), which releases before 0.4.0 cannot read.
+	// Records of either form are read whatever it says. False: the 12-byte
+	// binary form every release reads, so that older ones running beside
+	// this one, or brought back, read its records.
+	CompactRecords bool
+
 	// AppName, if not empty, is the identity of the deployment whose
 	// records these are (APP_NAME): the store makes it the owner of
 	// KeyPrefix, and refuses claims, lookups and pings (ErrPrefixOwned)
@@ -141,6 +149,7 @@ func Open(cfg Config) (*Store, error) {
 		s.log = cfg.Logger
 	}
 	s.waitReplicas = cfg.WaitReplicas
+	s.compact = cfg.CompactRecords
 	s.waitTimeout = orDefault(cfg.WaitTimeout, defaultWaitTimeout)
 	ownerKey := OwnerKey(cfg.KeyPrefix)
 	s.owner = storeop.Owner{App: cfg.AppName, Where: ownerKey, Read: func(ctx context.Context) (string, error) {

@@ -75,6 +75,9 @@ type Store struct {
 	lateReleases chan struct{}
 	// owner checks that the key prefix is this app's (see CheckOwner).
 	owner storeop.Owner
+	// compact writes completed records in the compact form where it
+	// holds them (Config.CompactRecords); false: the binary form only.
+	compact bool
 	// noScriptFlags is set once the server refused complete.lua's flags
 	// line (Redis before 7): from then on completions run without them.
 	noScriptFlags atomic.Bool
@@ -205,7 +208,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, t
 	}
 	// The same value on every attempt: the script accepts it again if an
 	// earlier attempt wrote it but its answer was lost.
-	value := codec.EncodeCompleted(res, time.Now().Unix())
+	value := s.completed(res, time.Now().Unix(), ttl)
 	err = storeop.Retry(ctx, transient, func(ctx context.Context) error {
 		octx, cancel := s.bound(ctx)
 		defer cancel()
@@ -228,6 +231,17 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, t
 		return fmt.Errorf("dedup: complete %s: %w", c.Key, err)
 	}
 	return nil
+}
+
+// completed is the value of a completed record: the compact form when
+// the store writes it and it holds res, else the 12-byte binary one.
+func (s *Store) completed(res dedup.Result, since int64, ttl time.Duration) []byte {
+	if s.compact {
+		if v, ok := codec.EncodeCompact(res, since, ttl); ok {
+			return v
+		}
+	}
+	return codec.EncodeCompleted(res, since)
 }
 
 // complete runs complete.lua: with its allow-oom flag, unless the server
@@ -431,7 +445,7 @@ func recordWithTTL(v any) (dedup.Record, error) {
 	if !ok1 || !ok2 {
 		return dedup.Record{}, fmt.Errorf("%w: script answered %T, %T", codec.ErrBadRecord, pair[0], pair[1])
 	}
-	rec, err := codec.DecodeRecord(value)
+	rec, err := codec.DecodeRecordAt(value, time.Now().Unix())
 	if err != nil {
 		return dedup.Record{}, err
 	}

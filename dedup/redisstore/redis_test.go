@@ -137,29 +137,78 @@ func TestOpenRedisDefaults(t *testing.T) {
 	}
 }
 
-// TestRedisRecordSize pins the stored size of a completed record without a
-// replayed response, the record kept for every event for days.
-func TestRedisRecordSize(t *testing.T) {
+// TestRedisCompact runs the store's conformance cases with compact
+// records written (the queue's records are the same either way).
+func TestRedisCompact(t *testing.T) {
+	open := redisBackends(Config{URL: redistest.New(t).URL(), CompactRecords: true})
+	storetest.Run(t, func(t *testing.T) (dedup.Backend, func() dedup.Backend) {
+		b, _ := open(t)
+		b.Queue, b.Wake, b.Features.Queue, b.Features.Wake = nil, nil, false, false
+		return b, nil
+	})
+}
+
+// TestRedisRecordForms: a completed record is written in the form its
+// store's setting asks for where that form holds it (the compact one kept
+// by Redis as an integer, the binary one as a 12-byte embstr), and read
+// back alike by a store of either setting: releases side by side on one
+// Redis, during a rolling upgrade or a rollback, read each other's records.
+func TestRedisRecordForms(t *testing.T) {
 	srv := redistest.New(t)
-	s := openRedis(t, srv)
 	raw := rawClient(t, srv)
 	ctx := context.Background()
-	const key = "stripe:evt_1NvYwq2eZvKYlo2CqCvP3X7T"
-	c, _ := storetest.MustClaim(t, s, key, storetest.Lease)
-	if err := s.Complete(ctx, c, dedup.Result{Status: 200, Fingerprint: storetest.Replayed.Fingerprint}, 72*time.Hour); err != nil {
-		t.Fatal(err)
+	stores := map[bool]*Store{}
+	for _, compact := range []bool{false, true} {
+		s, err := Open(Config{URL: srv.URL(), CompactRecords: compact})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		stores[compact] = s
 	}
-	if n := raw.StrLen(ctx, key).Val(); n != codec.CompletedLen {
-		t.Errorf("STRLEN = %d, want %d", n, codec.CompletedLen)
+	fp := storetest.Replayed.Fingerprint
+	for _, tc := range []struct {
+		name    string
+		compact bool
+		res     dedup.Result
+		ttl     time.Duration
+		enc     string // OBJECT ENCODING
+		len     int64  // STRLEN
+	}{
+		{"binary, 200", false, dedup.Result{Status: 200, Fingerprint: fp}, 96 * time.Hour, "embstr", codec.CompletedLen},
+		{"compact, 200", true, dedup.Result{Status: 200, Fingerprint: fp}, 96 * time.Hour, "int", 0},
+		{"compact, 204 without fingerprint", true, dedup.Result{Status: 204}, time.Hour, "int", 0},
+		{"compact, Adyen's 31 days", true, dedup.Result{Status: 202, Fingerprint: fp}, 31 * 24 * time.Hour, "int", 0},
+		{"compact asked, 299: binary", true, dedup.Result{Status: 299, Fingerprint: fp}, time.Hour, "embstr", codec.CompletedLen},
+		{"compact asked, 60 days: binary", true, dedup.Result{Status: 200, Fingerprint: fp}, 60 * 24 * time.Hour, "embstr", codec.CompletedLen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "webhook-dedup:stripe:evt_1NvYwq2eZvKYlo2CqCvP3X7T/" + tc.name
+			c, _ := storetest.MustClaim(t, stores[tc.compact], key, storetest.Lease)
+			before := time.Now()
+			if err := stores[tc.compact].Complete(ctx, c, tc.res, tc.ttl); err != nil {
+				t.Fatal(err)
+			}
+			after := time.Now()
+			if enc := raw.ObjectEncoding(ctx, key).Val(); enc != tc.enc {
+				t.Errorf("OBJECT ENCODING = %q, want %q", enc, tc.enc)
+			}
+			if n := raw.StrLen(ctx, key).Val(); tc.len != 0 && n != tc.len {
+				t.Errorf("STRLEN = %d, want %d", n, tc.len)
+			}
+			usage := raw.MemoryUsage(ctx, key).Val()
+			t.Logf("%d-byte key, MEMORY USAGE %d bytes", len(key), usage)
+			for _, compact := range []bool{false, true} {
+				rec := storetest.MustLookup(t, stores[compact], key)
+				if rec.State != dedup.Completed || rec.Result.Status != tc.res.Status || !rec.Result.SameBody(tc.res.Fingerprint) || rec.Result.KnownBody() != tc.res.KnownBody() {
+					t.Errorf("read by a store with CompactRecords %v: %+v, want %+v", compact, rec, tc.res)
+				}
+				if rec.Since.Before(before.Truncate(time.Second)) || rec.Since.After(after) || rec.TTL <= 0 || rec.TTL > tc.ttl {
+					t.Errorf("read by a store with CompactRecords %v: Since %s, TTL %s; want between %s and %s, TTL in (0, %s]", compact, rec.Since, rec.TTL, before, after, tc.ttl)
+				}
+			}
+		})
 	}
-	if enc := raw.ObjectEncoding(ctx, key).Val(); enc != "embstr" {
-		t.Errorf("OBJECT ENCODING = %q, want embstr", enc)
-	}
-	usage, err := raw.MemoryUsage(ctx, key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("completed record: %d-byte value, %d-byte key, MEMORY USAGE %d bytes", codec.CompletedLen, len(key), usage)
 }
 
 func TestRedisForeignValue(t *testing.T) {

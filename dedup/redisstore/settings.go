@@ -13,13 +13,14 @@ import (
 // the caller.
 func FromSettings(s redisconf.Settings) Config {
 	cfg := Config{
-		Username:     s.Username,
-		Password:     s.Password,
-		PoolSize:     s.PoolSize,
-		DialTimeout:  s.DialTimeout,
-		Timeout:      s.Timeout,
-		WaitReplicas: s.WaitReplicas,
-		WaitTimeout:  s.WaitTimeout,
+		Username:       s.Username,
+		Password:       s.Password,
+		PoolSize:       s.PoolSize,
+		DialTimeout:    s.DialTimeout,
+		Timeout:        s.Timeout,
+		WaitReplicas:   s.WaitReplicas,
+		WaitTimeout:    s.WaitTimeout,
+		CompactRecords: s.CompactRecords,
 	}
 	switch s.Mode() {
 	case redisconf.Standalone:

@@ -39,10 +39,11 @@ type Settings struct {
 	PoolSize         int           `env:"REDIS_POOL_SIZE" envDefault:"0" desc:"most connections to each Redis server; 0: ten per CPU"`
 	DialTimeout      time.Duration `env:"REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"limit on opening a connection to Redis"`
 	// Timeout is STORE_TIMEOUT when REDIS_TIMEOUT is unset (Complete).
-	Timeout       time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, the wait for a pooled connection included; at most UPSTREAM_TIMEOUT/4; empty: STORE_TIMEOUT"`
-	WaitReplicas  int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
-	WaitTimeout   time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
-	CheckInterval time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`
+	Timeout        time.Duration `env:"REDIS_TIMEOUT" desc:"limit on each Redis store operation, the wait for a pooled connection included; at most UPSTREAM_TIMEOUT/4; empty: STORE_TIMEOUT"`
+	WaitReplicas   int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"replicas that must acknowledge a claim and a completion (WAIT) before they count; 0: asynchronous replication"`
+	WaitTimeout    time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"250ms" desc:"how long to wait for those acknowledgements (a shortfall is a store error); less than REDIS_TIMEOUT"`
+	CompactRecords bool          `env:"REDIS_COMPACT_RECORDS" envDefault:"false" desc:"write completed records in the compact form, 16 bytes less each, which releases before 0.4.0 cannot read: set it once none runs and none will be rolled back to; false: the form every release reads"`
+	CheckInterval  time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"how often Redis's eviction policy, evicted keys, memory use and lost records are checked (logged, and exported as webhook_dedup_redis_* metrics)"`
 }
 
 // Mode is how Redis is reached.
