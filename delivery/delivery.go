@@ -98,6 +98,13 @@ type Config struct {
 	// events of every other route (one no longer async, or queued
 	// without a route) share one more lane, with as many.
 	Routes []string
+	// Spacing is the least time between two attempts' starts on each
+	// route that has a rate (rate=N/s: a second/N), by its path as in
+	// Routes; the lane of other routes is never spaced. If nil, no route
+	// is. Each lane also pauses its new attempts until a Retry-After the
+	// app sent with a 429 or a 503, at most MaxInterval, whatever its
+	// spacing.
+	Spacing map[string]time.Duration
 	// Concurrency is the most attempts at once in each lane, and how many
 	// more of its deliveries are taken ahead, waiting for an attempt to
 	// end (a worker goes on with the next at once). If zero, 16.
@@ -171,8 +178,11 @@ type lane struct {
 	label string
 	// breaker backs the lane off while its app does not answer at all.
 	breaker breaker
-	nudge   chan struct{}
-	freed   chan struct{}
+	// pace spaces the lane's attempts to its route's rate, and pauses
+	// them while the app asked for it.
+	pace  *pacer
+	nudge chan struct{}
+	freed chan struct{}
 }
 
 // New returns the Workers for cfg.
@@ -239,18 +249,20 @@ func New(cfg Config) *Workers {
 		stopped:    make(chan struct{}),
 	}
 	w.attempts, w.abandon = context.WithCancel(context.Background())
-	add := func(from dedup.Lane, label string) {
+	add := func(from dedup.Lane, label string, spacing time.Duration) {
 		w.lanes = append(w.lanes, &lane{
 			from: from, label: label,
 			breaker: breaker{trip: Trip(cfg.Concurrency)},
+			pace:    &pacer{interval: spacing, now: cfg.Now},
 			nudge:   make(chan struct{}, 1),
 			freed:   make(chan struct{}, 1),
 		})
 	}
 	for _, r := range cfg.Routes {
-		add(dedup.RouteLane(r), r)
+		add(dedup.RouteLane(r), r, cfg.Spacing[r])
 	}
-	add(dedup.RestLane(cfg.Routes...), restLabel)
+	add(dedup.RestLane(cfg.Routes...), restLabel, 0)
+	cfg.Metrics.watch(w.lanes)
 	return w
 }
 
@@ -349,6 +361,11 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 				w.cfg.Metrics.slots(l.label, 1)
 				probe := j.probe
 				for h := j.h; h != nil; h = w.holding.release(h) {
+					// Every attempt waits for its turn here, however
+					// long ago it was taken. A wait cut short by
+					// shutdown goes on to the attempt, which puts the
+					// event back, due at once.
+					_ = l.pace.wait(attemptCtx)
 					w.attempt(attemptCtx, l, h, probe)
 					probe = false
 				}

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,7 @@ type Metrics struct {
 	deliveries *prometheus.CounterVec
 	attempts   prometheus.Histogram
 	inUse      *prometheus.GaugeVec
+	held       *heldCollector
 }
 
 // StatsSource is what the queue gauges are read from, at each scrape.
@@ -47,9 +49,47 @@ func NewMetrics(reg prometheus.Registerer, stats StatsSource, log *zap.Logger) *
 			Name: "webhook_dedup_delivery_slots_in_use",
 			Help: "Background delivery attempts running now in this process, by route (each async route has DELIVERY_CONCURRENCY slots; \"other\" is the lane of routes no longer async).",
 		}, []string{"route"}),
+		held: &heldCollector{},
 	}
-	reg.MustRegister(m.deliveries, m.attempts, m.inUse, &queueCollector{stats: stats, log: log})
+	reg.MustRegister(m.deliveries, m.attempts, m.inUse, m.held, &queueCollector{stats: stats, log: log})
 	return m
+}
+
+// watch reports lanes' states in webhook_dedup_route_paused.
+func (m *Metrics) watch(lanes []*lane) {
+	if m == nil {
+		return
+	}
+	m.held.mu.Lock()
+	defer m.held.mu.Unlock()
+	m.held.lanes = lanes
+}
+
+var pausedDesc = prometheus.NewDesc("webhook_dedup_route_paused",
+	"1 while an async route's new delivery attempts are held back in this process: its breaker is open (the app does not answer), the app asked for a pause (429 or 503 with Retry-After), or an attempt waits for its turn under the route's rate=; else 0.",
+	[]string{"route"}, nil)
+
+// heldCollector reports, at each scrape, whether each lane holds its
+// attempts back now: read from the lanes, so that a pause that ended
+// between two attempts reads 0 without an attempt to say so.
+type heldCollector struct {
+	mu    sync.Mutex
+	lanes []*lane
+}
+
+func (c *heldCollector) Describe(ch chan<- *prometheus.Desc) { ch <- pausedDesc }
+
+func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	lanes := c.lanes
+	c.mu.Unlock()
+	for _, l := range lanes {
+		v := 0.0
+		if l.breaker.isOpen() || l.pace.holding() {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, v, l.label)
+	}
 }
 
 func (m *Metrics) delivered(route, result string, attempt int) {

@@ -1,0 +1,345 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/webhook-dedup/webhook-dedup/dedup"
+)
+
+// TestPacerSpacing: attempts waiting at once pass one interval apart, the
+// k-th no sooner than k intervals after the first, however many wait.
+func TestPacerSpacing(t *testing.T) {
+	const interval, n = 20 * time.Millisecond, 12
+	p := &pacer{interval: interval, now: time.Now}
+	start := time.Now()
+	passed := make(chan time.Time, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := p.wait(context.Background()); err != nil {
+				t.Error(err)
+			}
+			passed <- time.Now()
+		})
+	}
+	wg.Wait()
+	close(passed)
+	var at []time.Duration
+	for ts := range passed {
+		at = append(at, ts.Sub(start))
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
+	for k, d := range at {
+		if d < time.Duration(k)*interval {
+			t.Errorf("attempt %d passed after %s, want no sooner than %s (all: %v)", k, d, time.Duration(k)*interval, at)
+		}
+	}
+}
+
+// TestPacerPause: a pause holds every attempt until its end, those that
+// took their turn before it began included, and each pass after it is
+// still spaced; without a rate, a pause alone holds them.
+func TestPacerPause(t *testing.T) {
+	for _, interval := range []time.Duration{0, 30 * time.Millisecond} {
+		t.Run(fmt.Sprint("interval ", interval), func(t *testing.T) {
+			p := &pacer{interval: interval, now: time.Now}
+			if err := p.wait(context.Background()); err != nil { // the first goes at once
+				t.Fatal(err)
+			}
+			const pause = 150 * time.Millisecond
+			var until time.Time
+			done := make(chan time.Time, 3)
+			for range 3 {
+				go func() {
+					_ = p.wait(context.Background())
+					done <- time.Now()
+				}()
+			}
+			// The waiters have their turns; the pause comes after.
+			await(t, "the waiters waiting", func() bool { return interval == 0 || p.holding() })
+			until = time.Now().Add(pause)
+			p.pause(until)
+			if !p.holding() {
+				t.Error("holding() false during a pause")
+			}
+			var passed []time.Time
+			for range 3 {
+				passed = append(passed, <-done)
+			}
+			sort.Slice(passed, func(i, j int) bool { return passed[i].Before(passed[j]) })
+			for k, ts := range passed {
+				if want := until.Add(time.Duration(k) * interval); ts.Before(want) {
+					t.Errorf("attempt %d passed %s before the pause's end (+%d intervals)", k, want.Sub(ts), k)
+				}
+			}
+			await(t, "holding() false once the pause is over and none waits", func() bool { return !p.holding() })
+		})
+	}
+}
+
+// TestPacerCancel: a wait ends with its context.
+func TestPacerCancel(t *testing.T) {
+	p := &pacer{now: time.Now}
+	p.pause(time.Now().Add(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := p.wait(ctx); err == nil {
+		t.Fatal("wait returned nil during an hour's pause")
+	}
+	if p.holding() != true {
+		t.Error("the pause ended with the wait")
+	}
+}
+
+// TestHeldSince: the time held back since t counts only the waits after t,
+// whole or in part, the one under way included, and periods dropped past
+// the bound only lengthen it.
+func TestHeldSince(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	p := &pacer{now: func() time.Time { return now }}
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	hold := func(from, to float64) {
+		p.held.begin(at(from))
+		p.held.end(at(to))
+	}
+	hold(10, 20)
+	hold(30, 35)
+	hold(35.5, 40) // within heldGap of the last: joined, the gap counted
+	p.held.begin(at(50))
+	now = at(60) // the last period is still open
+	for _, tc := range []struct {
+		since float64
+		want  time.Duration
+	}{
+		{0, 10*time.Second + 10*time.Second + 10*time.Second},
+		{15, 5*time.Second + 10*time.Second + 10*time.Second},
+		{25, 10*time.Second + 10*time.Second},
+		{37, 3*time.Second + 10*time.Second},
+		{55, 5 * time.Second},
+		{60, 0},
+	} {
+		if got := p.heldSince(at(tc.since)); got != tc.want {
+			t.Errorf("heldSince(+%vs) = %s, want %s", tc.since, got, tc.want)
+		}
+	}
+	var h heldTime
+	for i := range maxHeldPeriods + 10 {
+		h.begin(at(float64(10 * i)))
+		h.end(at(float64(10*i + 1)))
+	}
+	if len(h.periods) > maxHeldPeriods {
+		t.Errorf("%d periods kept, want at most %d", len(h.periods), maxHeldPeriods)
+	}
+	end := at(float64(10 * (maxHeldPeriods + 10)))
+	if got, want := h.at(end, end)-h.at(t0, end), time.Duration(maxHeldPeriods+10)*time.Second; got != want {
+		t.Errorf("held since the start, periods dropped = %s, want all of %s", got, want)
+	}
+}
+
+// rateApp is an app that records when each request arrived, by route, and
+// answers each as answer says.
+type rateApp struct {
+	*httptest.Server
+	mu      sync.Mutex
+	arrived map[string][]time.Time
+}
+
+func newRateApp(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) *rateApp {
+	a := &rateApp{arrived: map[string][]time.Time{}}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.arrived[r.URL.Path] = append(a.arrived[r.URL.Path], time.Now())
+		a.mu.Unlock()
+		answer(w, r)
+	}))
+	t.Cleanup(a.Close)
+	return a
+}
+
+func (a *rateApp) times(route string) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.arrived[route]...)
+}
+
+// enqueueRoute queues n events of route, keys route-0 … route-(n-1).
+func enqueueRoute(t *testing.T, q *diskQueue, route string, n int) {
+	for i := range n {
+		req := webhookRequest(fmt.Sprintf(`{"id":"%s-%d"}`, route, i))
+		req.RequestURI, req.Route = route, route
+		q.enqueue(t, fmt.Sprint(route, "-", i), req)
+	}
+}
+
+// failFirst answers 500 to each event's first attempt, 200 to the next.
+func failFirst(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(HeaderAttempt) == "1" {
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+}
+
+// TestWorkersRate: a route's attempts, retries included, reach the app
+// spaced by its rate, whatever the concurrency and the deliveries taken
+// ahead; another route's are not.
+func TestWorkersRate(t *testing.T) {
+	const interval, events = 40 * time.Millisecond, 10
+	app := newRateApp(t, failFirst)
+	q := newQueue(t)
+	enqueueRoute(t, q, "/slow", events)
+	enqueueRoute(t, q, "/free", events)
+	run(t, Config{Queue: q, Upstream: mustURL(t, app.URL), Routes: []string{"/slow", "/free"}, Concurrency: 8,
+		Spacing:         map[string]time.Duration{"/slow": interval},
+		InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, PollInterval: 10 * time.Millisecond})
+	for _, r := range []string{"/slow", "/free"} {
+		await(t, r+"'s events delivered", func() bool {
+			for i := range events {
+				if q.record(t, fmt.Sprint(r, "-", i)).State != dedup.Completed {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	slow := app.times("/slow")
+	if len(slow) != 2*events {
+		t.Fatalf("/slow: %d attempts, want %d", len(slow), 2*events)
+	}
+	// Attempts start one interval apart, k+1 at most in a window of k
+	// intervals; the app sees each a little later, by up to the time
+	// its connection took (a new one is dialled, under -race on a
+	// loaded machine, in up to an interval): one more.
+	for _, k := range []int{2, 5, 2 * events} {
+		if most := mostWithin(slow, time.Duration(k)*interval); most > k+2 {
+			t.Errorf("/slow: %d attempts within %s, want at most %d", most, time.Duration(k)*interval, k+2)
+		}
+	}
+	if span, least := slow[len(slow)-1].Sub(slow[0]), time.Duration(len(slow)-2)*interval; span < least {
+		t.Errorf("/slow: %d attempts in %s, want no less than %s", len(slow), span, least)
+	}
+	if free := app.times("/free"); len(free) != 2*events {
+		t.Errorf("/free: %d attempts, want %d", len(free), 2*events)
+	}
+}
+
+// mostWithin is the most times within any window of length d.
+func mostWithin(ts []time.Time, d time.Duration) int {
+	sorted := append([]time.Time(nil), ts...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Before(sorted[j]) })
+	most, j := 0, 0
+	for i := range sorted {
+		for sorted[i].Sub(sorted[j]) >= d {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}
+
+// TestWorkersPauseRoute: a 429 with Retry-After pauses every new attempt
+// of its route until then, not only the event's; another route goes on;
+// webhook_dedup_route_paused says which route is held back.
+func TestWorkersPauseRoute(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		spaced bool
+	}{{"429", http.StatusTooManyRequests, false}, {"503", http.StatusServiceUnavailable, false}, {"429 on a route with a rate", http.StatusTooManyRequests, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const pause = time.Second
+			var once sync.Once
+			var answeredAt time.Time
+			app := newRateApp(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/a" {
+					return
+				}
+				once.Do(func() {
+					w.Header().Set("Retry-After", strconv.Itoa(int(pause/time.Second)))
+					w.WriteHeader(tc.status)
+					answeredAt = time.Now()
+				})
+			})
+			q := newQueue(t)
+			enqueueRoute(t, q, "/a", 6)
+			m := NewMetrics(prometheus.NewRegistry(), q, nil)
+			cfg := Config{Queue: q, Upstream: mustURL(t, app.URL), Routes: []string{"/a", "/b"}, Concurrency: 1,
+				InitialInterval: time.Millisecond, MaxInterval: time.Minute, PollInterval: 10 * time.Millisecond, Metrics: m}
+			if tc.spaced {
+				cfg.Spacing = map[string]time.Duration{"/a": time.Millisecond}
+			}
+			run(t, cfg)
+			await(t, "the 429", func() bool { return len(app.times("/a")) > 0 })
+			enqueueRoute(t, q, "/b", 6)
+			await(t, "/b delivered during /a's pause", func() bool { return len(app.times("/b")) == 6 })
+			if got := app.times("/b"); got[len(got)-1].After(answeredAt.Add(pause)) {
+				t.Errorf("/b's last event came %s after /a's pause ended: /b was paused too", got[len(got)-1].Sub(answeredAt.Add(pause)))
+			}
+			if a, b := paused(t, m, "/a"), paused(t, m, "/b"); a != 1 || b != 0 {
+				t.Errorf("route_paused during /a's pause: /a %v, /b %v; want 1, 0", a, b)
+			}
+			await(t, "/a's events delivered after the pause", func() bool { return len(app.times("/a")) == 7 })
+			// With one slot, the 429 was the only attempt under way:
+			// every other came after the pause.
+			for i, ts := range app.times("/a")[1:] {
+				if ts.Before(answeredAt.Add(pause)) {
+					t.Errorf("/a's attempt %d came %s before the pause's end", i+2, answeredAt.Add(pause).Sub(ts))
+				}
+			}
+			await(t, "route_paused back to 0", func() bool { return paused(t, m, "/a") == 0 })
+		})
+	}
+}
+
+// paused is route's webhook_dedup_route_paused as m reports it now.
+func paused(t *testing.T, m *Metrics, route string) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 16)
+	m.held.Collect(ch)
+	close(ch)
+	for metric := range ch {
+		var pb dto.Metric
+		if err := metric.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		for _, lp := range pb.GetLabel() {
+			if lp.GetName() == "route" && lp.GetValue() == route {
+				return pb.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no webhook_dedup_route_paused{route=%q}", route)
+	return 0
+}
+
+// TestWorkersRateKeepsAge: events waiting for the rate's turn are not
+// dead-lettered for their age: the wait does not count towards MaxAge.
+func TestWorkersRateKeepsAge(t *testing.T) {
+	const interval, maxAge, events = 100 * time.Millisecond, 250 * time.Millisecond, 6
+	app := newRateApp(t, failFirst)
+	q := newQueue(t)
+	enqueueRoute(t, q, "/r", events)
+	run(t, Config{Queue: q, Upstream: mustURL(t, app.URL), Routes: []string{"/r"}, Concurrency: 4,
+		Spacing: map[string]time.Duration{"/r": interval}, MaxAge: maxAge,
+		InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, PollInterval: 10 * time.Millisecond})
+	for i := range events {
+		key := fmt.Sprint("/r-", i)
+		await(t, key+" settled", func() bool {
+			s := q.record(t, key).State
+			return s == dedup.Completed || s == dedup.Failed
+		})
+		if s := q.record(t, key).State; s != dedup.Completed {
+			t.Errorf("%s: %v after waiting %d turns of %s with RETRY_MAX_AGE %s, want completed", key, s, i, interval, maxAge)
+		}
+	}
+}
