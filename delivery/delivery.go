@@ -103,7 +103,8 @@ type Config struct {
 	// Routes; the lane of other routes is never spaced. If nil, no route
 	// is. Each lane also pauses its new attempts until a Retry-After the
 	// app sent with a 429 or a 503, at most MaxInterval, whatever its
-	// spacing.
+	// spacing. A lane takes a delivery only shortly before its turn (a
+	// PollInterval and a spacing ahead): the rest stays queued.
 	Spacing map[string]time.Duration
 	// Concurrency is the most attempts at once in each lane, and how many
 	// more of its deliveries are taken ahead, waiting for an attempt to
@@ -253,7 +254,7 @@ func New(cfg Config) *Workers {
 		w.lanes = append(w.lanes, &lane{
 			from: from, label: label,
 			breaker: breaker{trip: Trip(cfg.Concurrency)},
-			pace:    &pacer{interval: spacing, now: cfg.Now},
+			pace:    &pacer{interval: spacing, ahead: cfg.PollInterval + spacing, now: cfg.Now},
 			nudge:   make(chan struct{}, 1),
 			freed:   make(chan struct{}, 1),
 		})
@@ -359,15 +360,19 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 			defer running.Done()
 			for j := range taken {
 				w.cfg.Metrics.slots(l.label, 1)
-				probe := j.probe
-				for h := j.h; h != nil; h = w.holding.release(h) {
-					// Every attempt waits for its turn here, however
-					// long ago it was taken. A wait cut short by
-					// shutdown goes on to the attempt, which puts the
-					// event back, due at once.
-					_ = l.pace.wait(attemptCtx)
+				probe, turn := j.probe, j.turn
+				for h := j.h; h != nil; {
+					// Every attempt waits for its turn here: its
+					// delivery's, given as it was taken, or, for the
+					// next of the same event held meanwhile, one of its
+					// own. A wait cut short by shutdown goes on to the
+					// attempt, which puts the event back, due at once.
+					_ = l.pace.waitFor(attemptCtx, turn)
 					w.attempt(attemptCtx, l, h, probe)
 					probe = false
+					if h = w.holding.release(h); h != nil {
+						turn = l.pace.turn()
+					}
 				}
 				j.stop()
 				w.cfg.Metrics.slots(l.label, -1)
@@ -389,8 +394,9 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 // job is a delivery taken, on its way to a worker.
 type job struct {
 	h     *held
-	probe bool   // the breaker let it out as its probe
-	stop  func() // stops keeping its lease
+	probe bool      // the breaker let it out as its probe
+	turn  time.Time // when its attempt may start (pacer.turn)
+	stop  func()    // stops keeping its lease
 }
 
 // taker takes a lane's due deliveries and hands them to its workers; the
@@ -434,10 +440,19 @@ func (t *taker) run(ctx context.Context) {
 			}
 			continue
 		}
-		free, probe, wait := l.breaker.allow(int(reserved), w.cfg.Now())
+		// Only what can start soon is taken (pacer): the rest of a
+		// route held back by its rate or a pause stays queued, its
+		// attempts uncounted.
+		room, wait := l.pace.room(int(reserved))
+		free, probe := 0, false
+		if room > 0 {
+			free, probe, wait = l.breaker.allow(room, w.cfg.Now())
+		}
 		if free == 0 {
 			t.held.Add(-reserved)
-			// The app is down: the next probe, or the one out, settles it.
+			// Until the next turn comes within reach; or, the app
+			// being down, until the next probe, or the one out
+			// settles it.
 			tm := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -463,7 +478,7 @@ func (t *taker) run(ctx context.Context) {
 			sent++
 			// Never blocks for long: with held at most 2·Concurrency, the
 			// channel is full only while a worker is on its way to it.
-			t.taken <- job{h: h, probe: probe, stop: w.keep(t.attemptCtx, h, l.label)}
+			t.taken <- job{h: h, probe: probe, turn: l.pace.turn(), stop: w.keep(t.attemptCtx, h, l.label)}
 		}
 		t.held.Add(sent - reserved)
 		if probe && sent == 0 {

@@ -66,7 +66,7 @@ func (m *Metrics) watch(lanes []*lane) {
 }
 
 var pausedDesc = prometheus.NewDesc("webhook_dedup_route_paused",
-	"1 while an async route's new delivery attempts are held back in this process: its breaker is open (the app does not answer), the app asked for a pause (429 or 503 with Retry-After), or an attempt waits for its turn under the route's rate=; else 0.",
+	"1 while an async route's new delivery attempts are held back in this process: its breaker is open (the app does not answer), the app asked for a pause (429 or 503 with Retry-After), or a new attempt would wait for its turn under the route's rate=; else 0.",
 	[]string{"route"}, nil)
 
 // heldCollector reports, at each scrape, whether each lane holds its

@@ -93,6 +93,11 @@ func TestAsyncRouteRate(t *testing.T) {
 			if span, least := all[len(all)-1].Sub(all[0]), time.Duration(attempts-2)*interval; span < least {
 				t.Errorf("%d attempts over %s, want no less than %s at %d/s", len(all), span, least, rate)
 			}
+			// And not much slower: every turn is used (a turn wasted per
+			// attempt would halve the rate).
+			if span, most := all[len(all)-1].Sub(all[0]), time.Duration(attempts-1)*interval*3/2; span > most {
+				t.Errorf("%d attempts over %s, want at most %s (1.5 times the rate's)", len(all), span, most)
+			}
 			t.Logf("%d attempts over %s, at most %d within a second", len(all), all[len(all)-1].Sub(all[0]).Round(time.Millisecond), mostWithin(all, time.Second))
 			await(t, px.bounds().observed(), func() error {
 				if v := sample(px.metrics(t), "webhook_dedup_route_paused", map[string]string{"route": acme.Path}); v != 0 {
@@ -107,10 +112,10 @@ func TestAsyncRouteRate(t *testing.T) {
 // TestAsyncRoutePause: a 429 or a 503 with Retry-After pauses every new
 // attempt of its route until then, capped at RETRY_MAX_INTERVAL, and not
 // the route beside it: once the proxy reads the route paused, the events
-// queued on it reach the app no sooner than the pause's end (counted
-// from the moment the app was asked, before its answer), and, under the
-// cap, well before the Retry-After; the other route's are delivered
-// meanwhile.
+// queued on it stay queued with no attempt counted, and reach the app no
+// sooner than the pause's end (counted from the moment the app was
+// asked, before its answer), and, under the cap, well before the
+// Retry-After; the other route's are delivered meanwhile.
 func TestAsyncRoutePause(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -180,6 +185,16 @@ func TestAsyncRoutePause(t *testing.T) {
 			})
 			if pause > time.Second && time.Now().After(asked.Add(pause)) {
 				t.Errorf("the other route's events were delivered only %s after acme's pause of %s began: it was held back too", time.Since(asked), pause)
+			}
+			// Meanwhile the paused route's events stay queued, none
+			// taken and no attempt counted, until a poll before the
+			// pause's end.
+			if pause > time.Second && time.Until(asked.Add(pause)) > time.Second {
+				for i := 1; i <= others; i++ {
+					if ev := px.event(t, acme, acme.Event(i).ID); ev.State != "queued" || ev.Attempts != 0 {
+						t.Errorf("%s during the route's pause: %+v, want queued with no attempt", acme.Event(i).ID, ev)
+					}
+				}
 			}
 			// Every acme event after the pause; under the cap, long
 			// before the Retry-After asked for.
