@@ -48,34 +48,30 @@ func TestPacerSpacing(t *testing.T) {
 	}
 }
 
-// TestPacerPause: a pause holds every attempt until its end, those that
-// took their turn before it began included, and each pass after it is
-// still spaced; without a rate, a pause alone holds them.
+// TestPacerPause: a pause holds every attempt until its end, those whose
+// turns were handed out before it began included, and each pass after it
+// is still spaced; without a rate, a pause alone holds them.
 func TestPacerPause(t *testing.T) {
 	for _, interval := range []time.Duration{0, 30 * time.Millisecond} {
 		t.Run(fmt.Sprint("interval ", interval), func(t *testing.T) {
 			p := &pacer{interval: interval, now: time.Now}
-			if err := p.wait(context.Background()); err != nil { // the first goes at once
-				t.Fatal(err)
-			}
+			// Three turns handed out, then the pause.
+			turns := []time.Time{p.turn(), p.turn(), p.turn()}
 			const pause = 150 * time.Millisecond
-			var until time.Time
-			done := make(chan time.Time, 3)
-			for range 3 {
-				go func() {
-					_ = p.wait(context.Background())
-					done <- time.Now()
-				}()
-			}
-			// The waiters have their turns; the pause comes after.
-			await(t, "the waiters waiting", func() bool { return interval == 0 || p.holding() })
-			until = time.Now().Add(pause)
+			until := time.Now().Add(pause)
 			p.pause(until)
 			if !p.holding() {
 				t.Error("holding() false during a pause")
 			}
+			done := make(chan time.Time, len(turns))
+			for _, turn := range turns {
+				go func() {
+					_ = p.waitFor(context.Background(), turn)
+					done <- time.Now()
+				}()
+			}
 			var passed []time.Time
-			for range 3 {
+			for range turns {
 				passed = append(passed, <-done)
 			}
 			sort.Slice(passed, func(i, j int) bool { return passed[i].Before(passed[j]) })
@@ -84,7 +80,7 @@ func TestPacerPause(t *testing.T) {
 					t.Errorf("attempt %d passed %s before the pause's end (+%d intervals)", k, want.Sub(ts), k)
 				}
 			}
-			await(t, "holding() false once the pause is over and none waits", func() bool { return !p.holding() })
+			await(t, "holding() false once the pause is over and no turn is ahead", func() bool { return !p.holding() })
 		})
 	}
 }
