@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer, stats StatsSource, log *zap.Logger) *
 		}, []string{"route"}),
 		held: &heldCollector{},
 	}
-	reg.MustRegister(m.deliveries, m.attempts, m.inUse, m.held, &queueCollector{stats: stats, log: log})
+	reg.MustRegister(m.deliveries, m.attempts, m.inUse, m.held, &queueCollector{stats: stats, log: log, lanes: m.held})
 	return m
 }
 
@@ -118,6 +118,9 @@ var (
 		"Age of the oldest event queued or waiting for a retry; 0 when none.", nil, nil)
 	deadDesc = prometheus.NewDesc("webhook_dedup_dead_letters",
 		"Dead-lettered events kept (their attempts ran out).", nil, nil)
+	routeDepthDesc = prometheus.NewDesc("webhook_dedup_route_queue_depth",
+		"Async events queued or waiting for a retry, by async route (\"other\": every route without a lane of its own, such as one no longer async); they sum to webhook_dedup_queue_depth.",
+		[]string{"route"}, nil)
 )
 
 // queueCollector reports the queue's stats at each scrape. When the store
@@ -126,12 +129,15 @@ var (
 type queueCollector struct {
 	stats StatsSource
 	log   *zap.Logger
+	// lanes are the routes the depth is reported by.
+	lanes *heldCollector
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- depthDesc
 	ch <- oldestDesc
 	ch <- deadDesc
+	ch <- routeDepthDesc
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -145,4 +151,22 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(st.Depth))
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(st.DeadLetters))
+	// By lane: each async route's own, and the rest's what is left, so
+	// that every lane has its series, at 0 when empty.
+	c.lanes.mu.Lock()
+	lanes := c.lanes.lanes
+	c.lanes.mu.Unlock()
+	rest := st.Depth
+	for _, l := range lanes {
+		if !l.from.Rest {
+			n := st.Routes[l.from.Route]
+			rest -= n
+			ch <- prometheus.MustNewConstMetric(routeDepthDesc, prometheus.GaugeValue, float64(n), l.label)
+		}
+	}
+	for _, l := range lanes {
+		if l.from.Rest {
+			ch <- prometheus.MustNewConstMetric(routeDepthDesc, prometheus.GaugeValue, float64(max(rest, 0)), l.label)
+		}
+	}
 }

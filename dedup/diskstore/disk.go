@@ -439,7 +439,7 @@ func (b diskBuckets) unindex(key []byte, route string, a codec.Async, expires in
 	default:
 		return nil
 	}
-	b.tally.note(a, expires, -1)
+	b.tally.note(a, route, expires, -1)
 	return nil
 }
 
@@ -462,7 +462,7 @@ func (b diskBuckets) index(key []byte, route string, a codec.Async, expires int6
 	default:
 		return nil
 	}
-	b.tally.note(a, expires, 1)
+	b.tally.note(a, route, expires, 1)
 	return nil
 }
 
@@ -538,7 +538,7 @@ func (b diskBuckets) countQueue(now time.Time) *queueCounts {
 	for _, name := range b.laneNames() {
 		_ = b.lanes.Bucket(name).ForEach(func(idx, _ []byte) error {
 			if a, ok := b.entryRecord(dueEntry{idx: idx}, ms); ok {
-				c.count(changeOf(a, 0, 1))
+				c.count(changeOf(a, routeOfLane(name), 0, 1))
 			}
 			return nil
 		})
@@ -549,7 +549,7 @@ func (b diskBuckets) countQueue(now time.Time) *queueCounts {
 		// changes nothing.
 		a, expires, ok := b.anyAsync(idx[8:])
 		if ok && a.State == dedup.Failed && a.At == int64(binary.BigEndian.Uint64(idx)) {
-			c.count(changeOf(a, expires, 1))
+			c.count(changeOf(a, "", expires, 1))
 		}
 		return nil
 	})
