@@ -21,10 +21,10 @@ var (
 // of commas: "/a=stripe /b=github" would otherwise be read as one route
 // whose source is "stripe /b=github". source is what follows the entry's
 // first "=". A ';' after a source that names a delivery mode (;sync,
-// ;async) is no separator.
+// ;async) or an option (;rate=20/s) is no separator.
 func separatorError(entry, source string) error {
 	if semicolonBeforeRoute.MatchString(source) {
-		return fmt.Errorf("routes are separated by commas, not ';' (after a source, ';' names its delivery: ;sync or ;async): %q (write %s)", entry, semicolonBeforeRoute.ReplaceAllString(entry, ",/"))
+		return fmt.Errorf("routes are separated by commas, not ';' (after a source, ';' names its delivery, ;sync or ;async, or an option, ;rate=…): %q (write %s)", entry, semicolonBeforeRoute.ReplaceAllString(entry, ",/"))
 	}
 	if loc := spaceBeforeRoute.FindStringIndex(source); loc != nil {
 		what := "spaces"

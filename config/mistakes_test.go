@@ -18,7 +18,7 @@ func TestRoutesSeparators(t *testing.T) {
 		{"/a = stripe  /b = github", "routes are separated by commas, not spaces"},
 		{"/a=stripe\n/b=github", "routes are separated by commas, not newlines"},
 		{"/a=stripe\t/b=github", "routes are separated by commas, not tabs"},
-		{"/a=stripe;/b=github", `routes are separated by commas, not ';' (after a source, ';' names its delivery: ;sync or ;async): "/a=stripe;/b=github" (write /a=stripe,/b=github)`},
+		{"/a=stripe;/b=github", `routes are separated by commas, not ';' (after a source, ';' names its delivery, ;sync or ;async, or an option, ;rate=…): "/a=stripe;/b=github" (write /a=stripe,/b=github)`},
 		{"/a=stripe;async;/b=github", "(write /a=stripe;async,/b=github)"},
 		{"/a=stripe ; /b=github", "not ';'"},
 	} {

@@ -112,6 +112,10 @@ type QueueStats struct {
 	OldestAge time.Duration
 	// DeadLetters counts the failed events kept.
 	DeadLetters int
+	// Routes is Depth by route (Request.Route, "" for events queued
+	// without one): each route with events waiting; a route with none is
+	// absent. Nil when none waits.
+	Routes map[string]int
 }
 
 // Producer is the queue as the proxy's async routes use it: accept.

@@ -282,7 +282,15 @@ func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool) {
 		w.settled(append(fields, zap.String("result", resultRetry)), "delivery cancelled by shutdown: queued again", err)
 		return
 	}
-	if (w.cfg.MaxAttempts > 0 && d.Attempt >= w.cfg.MaxAttempts) || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
+	if pause, ok := appPause(o, now, w.cfg.MaxInterval); ok {
+		// The app asked for a pause: the whole route's, not only this
+		// event's (its retry waits at least as long, see backoff).
+		l.pace.pause(now.Add(pause))
+		fields = append(fields, zap.Duration("route_paused_for", pause))
+	}
+	// The time the route held its attempts back (its rate, a pause) is not
+	// the event's to count: it is not dead-lettered sooner for waiting.
+	if (w.cfg.MaxAttempts > 0 && d.Attempt >= w.cfg.MaxAttempts) || (!d.AcceptedAt.IsZero() && now.Sub(d.AcceptedAt)-l.pace.heldSince(d.AcceptedAt) >= w.cfg.MaxAge) || req == nil {
 		err := w.write(ctx, h, func(ctx context.Context, d dedup.Delivery) error {
 			return w.cfg.Queue.Fail(ctx, timed(d), o.status, lastError, w.cfg.DeadLetterTTL)
 		})
@@ -384,7 +392,8 @@ func (w *Workers) settled(fields []zap.Field, msg string, err error) {
 
 // backoff is how long to wait after the attempt-th attempt failed with o:
 // full jitter over an exponentially growing ceiling, and no less than a
-// Retry-After the app sent with a 429 or a 503, all within MaxInterval.
+// Retry-After the app sent with a 429 or a 503 (appPause), all within
+// MaxInterval.
 func (w *Workers) backoff(attempt int, o *outcome) time.Duration {
 	ceiling := w.cfg.MaxInterval
 	if shift := attempt - 1; shift < 62 {
@@ -393,12 +402,20 @@ func (w *Workers) backoff(attempt int, o *outcome) time.Duration {
 		}
 	}
 	d := w.cfg.Jitter(ceiling)
-	if o.status == http.StatusTooManyRequests || o.status == http.StatusServiceUnavailable {
-		if ra, ok := retryAfter(o.header.Get("Retry-After"), w.cfg.Now()); ok {
-			d = max(d, min(ra, w.cfg.MaxInterval))
-		}
+	if pause, ok := appPause(o, w.cfg.Now(), w.cfg.MaxInterval); ok {
+		d = max(d, pause)
 	}
 	return d
+}
+
+// appPause is the pause the app asked for with o: the Retry-After of a 429
+// or a 503, at most most. False when it asked for none.
+func appPause(o *outcome, now time.Time, most time.Duration) (time.Duration, bool) {
+	if o.status != http.StatusTooManyRequests && o.status != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	ra, ok := retryAfter(o.header.Get("Retry-After"), now)
+	return min(ra, most), ok
 }
 
 // retryAfter parses a Retry-After value: delay seconds or an HTTP date.

@@ -102,3 +102,10 @@ func (b *breaker) unused() {
 	defer b.mu.Unlock()
 	b.probing = false
 }
+
+// isOpen reports whether the app is taken for down: only probes go out.
+func (b *breaker) isOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open
+}

@@ -99,6 +99,14 @@ type Config struct {
 	// events of every other route (one no longer async, or queued
 	// without a route) share one more lane, with as many.
 	Routes []string
+	// Spacing is the least time between two attempts' starts on each
+	// route that has a rate (rate=N/s: a second/N), by its path as in
+	// Routes; the lane of other routes is never spaced. If nil, no route
+	// is. Each lane also pauses its new attempts until a Retry-After the
+	// app sent with a 429 or a 503, at most MaxInterval, whatever its
+	// spacing. A lane takes a delivery only shortly before its turn (a
+	// PollInterval and a spacing ahead): the rest stays queued.
+	Spacing map[string]time.Duration
 	// Concurrency is the most attempts at once in each lane, and how many
 	// more of its deliveries are taken ahead, waiting for an attempt to
 	// end (a worker goes on with the next at once). If zero, 16.
@@ -172,8 +180,11 @@ type lane struct {
 	label string
 	// breaker backs the lane off while its app does not answer at all.
 	breaker breaker
-	nudge   chan struct{}
-	freed   chan struct{}
+	// pace spaces the lane's attempts to its route's rate, and pauses
+	// them while the app asked for it.
+	pace  *pacer
+	nudge chan struct{}
+	freed chan struct{}
 }
 
 // New returns the Workers for cfg.
@@ -240,18 +251,20 @@ func New(cfg Config) *Workers {
 		stopped:    make(chan struct{}),
 	}
 	w.attempts, w.abandon = context.WithCancel(context.Background())
-	add := func(from dedup.Lane, label string) {
+	add := func(from dedup.Lane, label string, spacing time.Duration) {
 		w.lanes = append(w.lanes, &lane{
 			from: from, label: label,
 			breaker: breaker{trip: Trip(cfg.Concurrency)},
+			pace:    &pacer{interval: spacing, ahead: cfg.PollInterval + spacing, now: cfg.Now},
 			nudge:   make(chan struct{}, 1),
 			freed:   make(chan struct{}, 1),
 		})
 	}
 	for _, r := range cfg.Routes {
-		add(dedup.RouteLane(r), r)
+		add(dedup.RouteLane(r), r, cfg.Spacing[r])
 	}
-	add(dedup.RestLane(cfg.Routes...), restLabel)
+	add(dedup.RestLane(cfg.Routes...), restLabel, 0)
+	cfg.Metrics.watch(w.lanes)
 	return w
 }
 
@@ -348,10 +361,19 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 			defer running.Done()
 			for j := range taken {
 				w.cfg.Metrics.slots(l.label, 1)
-				probe := j.probe
-				for h := j.h; h != nil; h = w.holding.release(h) {
+				probe, turn := j.probe, j.turn
+				for h := j.h; h != nil; {
+					// Every attempt waits for its turn here: its
+					// delivery's, given as it was taken, or, for the
+					// next of the same event held meanwhile, one of its
+					// own. A wait cut short by shutdown goes on to the
+					// attempt, which puts the event back, due at once.
+					_ = l.pace.waitFor(attemptCtx, turn)
 					w.attempt(attemptCtx, l, h, probe)
 					probe = false
+					if h = w.holding.release(h); h != nil {
+						turn = l.pace.turn()
+					}
 				}
 				j.stop()
 				w.cfg.Metrics.slots(l.label, -1)
@@ -373,8 +395,9 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 // job is a delivery taken, on its way to a worker.
 type job struct {
 	h     *held
-	probe bool   // the breaker let it out as its probe
-	stop  func() // stops keeping its lease
+	probe bool      // the breaker let it out as its probe
+	turn  time.Time // when its attempt may start (pacer.turn)
+	stop  func()    // stops keeping its lease
 }
 
 // taker takes a lane's due deliveries and hands them to its workers; the
@@ -418,10 +441,19 @@ func (t *taker) run(ctx context.Context) {
 			}
 			continue
 		}
-		free, probe, wait := l.breaker.allow(int(reserved), w.cfg.Now())
+		// Only what can start soon is taken (pacer): the rest of a
+		// route held back by its rate or a pause stays queued, its
+		// attempts uncounted.
+		room, wait := l.pace.room(int(reserved))
+		free, probe := 0, false
+		if room > 0 {
+			free, probe, wait = l.breaker.allow(room, w.cfg.Now())
+		}
 		if free == 0 {
 			t.held.Add(-reserved)
-			// The app is down: the next probe, or the one out, settles it.
+			// Until the next turn comes within reach; or, the app
+			// being down, until the next probe, or the one out
+			// settles it.
 			tm := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -447,7 +479,7 @@ func (t *taker) run(ctx context.Context) {
 			sent++
 			// Never blocks for long: with held at most 2·Concurrency, the
 			// channel is full only while a worker is on its way to it.
-			t.taken <- job{h: h, probe: probe, stop: w.keep(t.attemptCtx, h, l.label)}
+			t.taken <- job{h: h, probe: probe, turn: l.pace.turn(), stop: w.keep(t.attemptCtx, h, l.label)}
 		}
 		t.held.Add(sent - reserved)
 		if probe && sent == 0 {

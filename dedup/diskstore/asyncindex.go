@@ -26,7 +26,7 @@ func (b diskBuckets) unindex(key []byte, route string, a codec.Async, expires in
 	default:
 		return nil
 	}
-	b.tally.note(a, expires, -1)
+	b.tally.note(a, route, expires, -1)
 	return nil
 }
 
@@ -49,7 +49,7 @@ func (b diskBuckets) index(key []byte, route string, a codec.Async, expires int6
 	default:
 		return nil
 	}
-	b.tally.note(a, expires, 1)
+	b.tally.note(a, route, expires, 1)
 	return nil
 }
 
@@ -119,7 +119,7 @@ func (b diskBuckets) countQueue(now time.Time) *queueCounts {
 	for _, name := range b.laneNames() {
 		_ = b.lanes.Bucket(name).ForEach(func(idx, _ []byte) error {
 			if a, ok := b.entryRecord(dueEntry{idx: idx}, ms); ok {
-				c.count(changeOf(a, 0, 1))
+				c.count(changeOf(a, routeOfLane(name), 0, 1))
 			}
 			return nil
 		})
@@ -130,7 +130,7 @@ func (b diskBuckets) countQueue(now time.Time) *queueCounts {
 		// changes nothing.
 		a, expires, ok := b.anyAsync(idx[8:])
 		if ok && a.State == dedup.Failed && a.At == int64(binary.BigEndian.Uint64(idx)) {
-			c.count(changeOf(a, expires, 1))
+			c.count(changeOf(a, "", expires, 1))
 		}
 		return nil
 	})

@@ -30,6 +30,21 @@ type queueCounts struct {
 	// dead holds when the dead letters expire: one past its expiry is
 	// gone for Lookup and DeadLetters before the sweep deletes it.
 	dead deadlines
+	// routes are queued, delivering and leases again, by route, for
+	// Stats' Routes.
+	routes map[string]*routeCounts
+}
+
+// routeCounts are one route's share of queueCounts' queued, delivering
+// and leases.
+type routeCounts struct {
+	queued, delivering int
+	leases             deadlines
+}
+
+// depthAt is the route's depth at now (unix ms).
+func (r *routeCounts) depthAt(now int64) int {
+	return r.queued + r.delivering - r.leases.ahead(now)
 }
 
 // stats is the counts as Stats reports them at now.
@@ -45,6 +60,14 @@ func (c *queueCounts) stats(now time.Time) dedup.QueueStats {
 	}
 	if t, ok := c.accepted.earliest(); ok {
 		st.OldestAge = max(0, time.Duration(ms-t)*time.Millisecond)
+	}
+	for route, r := range c.routes {
+		if n := r.depthAt(ms); n > 0 {
+			if st.Routes == nil {
+				st.Routes = map[string]int{}
+			}
+			st.Routes[route] = n
+		}
 	}
 	return st
 }
@@ -68,13 +91,32 @@ func (c *queueCounts) count(ch change) {
 	case dedup.Queued:
 		c.queued += ch.k
 		c.accepted.add(ch.accepted, ch.k)
+		c.route(ch.route).queued += ch.k
 	case dedup.Delivering:
 		c.delivering += ch.k
 		c.accepted.add(ch.accepted, ch.k)
 		c.leases.add(ch.at, ch.k)
+		r := c.route(ch.route)
+		r.delivering += ch.k
+		r.leases.add(ch.at, ch.k)
 	case dedup.Failed:
 		c.dead.add(ch.expires, ch.k)
 	}
+}
+
+// route is route's counts, made on first use. c.mu must be held. A
+// route's counts stay once made: there are as many as routes ever
+// configured.
+func (c *queueCounts) route(route string) *routeCounts {
+	r := c.routes[route]
+	if r == nil {
+		if c.routes == nil {
+			c.routes = map[string]*routeCounts{}
+		}
+		r = &routeCounts{}
+		c.routes[route] = r
+	}
+	return r
 }
 
 // apply adds the changes of a committed transaction to the counts.
@@ -90,6 +132,9 @@ func (c *queueCounts) apply(t *tally, now time.Time) {
 	ms := now.UnixMilli()
 	c.leases.ahead(ms)
 	c.dead.ahead(ms)
+	for _, r := range c.routes {
+		r.leases.ahead(ms)
+	}
 	for _, ch := range t.changes {
 		c.count(ch)
 	}
@@ -110,29 +155,30 @@ type tally struct {
 }
 
 // change is one record added to (k = 1) or removed from (k = -1) the
-// counts: its state and the times that count.
+// counts: its state, its route and the times that count.
 type change struct {
 	state                 dedup.State
+	route                 string
 	accepted, at, expires int64 // unix ms; expires: math.MaxInt64 for never
 	k                     int
 }
 
-// changeOf is a, which expires at expires (unix ms, 0: never), added
-// (k = 1) or removed (k = -1).
-func changeOf(a codec.Async, expires int64, k int) change {
+// changeOf is a, of route, which expires at expires (unix ms, 0: never),
+// added (k = 1) or removed (k = -1).
+func changeOf(a codec.Async, route string, expires int64, k int) change {
 	if expires == 0 {
 		expires = math.MaxInt64
 	}
-	return change{state: a.State, accepted: a.Accepted, at: a.At, expires: expires, k: k}
+	return change{state: a.State, route: route, accepted: a.Accepted, at: a.At, expires: expires, k: k}
 }
 
 // note records that the transaction adds (k = 1) or removes (k = -1) a,
-// which expires at expires (unix ms, 0: never).
-func (t *tally) note(a codec.Async, expires int64, k int) {
+// of route, which expires at expires (unix ms, 0: never).
+func (t *tally) note(a codec.Async, route string, expires int64, k int) {
 	if t == nil {
 		return
 	}
-	t.changes = append(t.changes, changeOf(a, expires, k))
+	t.changes = append(t.changes, changeOf(a, route, expires, k))
 	if a.State == dedup.Queued || (a.State == dedup.Delivering && a.At <= time.Now().UnixMilli()) {
 		t.waiting += k
 	}

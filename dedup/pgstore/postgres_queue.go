@@ -192,11 +192,12 @@ ORDER BY q.key LIMIT $2`
 
 // statsSQL counts what waits (not what is being delivered), its oldest
 // age, and the live dead letters.
-const statsSQL = `SELECT
+const statsSQL = `SELECT q.route,
 	count(*) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now())),
 	coalesce(extract(epoch FROM now() - min(q.accepted_at) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()))) * 1000000, 0)::bigint,
 	count(*) FILTER (WHERE q.failed_at IS NOT NULL AND r.expires_at > now())
-FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key`
+FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key
+GROUP BY q.route`
 
 // Enqueue claims key and stores req for delivery in one statement (one
 // commit). If the key was free it returns true; otherwise false and the
@@ -459,8 +460,9 @@ func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 	return list, base64.RawURLEncoding.EncodeToString([]byte(list[limit-1].Key)), nil
 }
 
-// Stats reports the queue's depth, its oldest event's age and the number
-// of dead letters; the depth is the depth view's new start.
+// Stats reports the queue's depth, its oldest event's age, the number of
+// dead letters and each route's depth, in one scan grouped by route; the
+// depth is the depth view's new start.
 func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
@@ -468,15 +470,33 @@ func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var st dedup.QueueStats
-	var oldest int64
 	read := s.depth.beginRead(time.Now())
-	if err := s.pool.QueryRow(ctx, s.sql.stats).Scan(&st.Depth, &oldest, &st.DeadLetters); err != nil {
+	rows, err := s.pool.Query(ctx, s.sql.stats)
+	if err != nil {
+		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
+	}
+	// One row a route, in the one scan the whole queue's counts took.
+	var route string
+	var depth, dead int
+	var oldest int64
+	_, err = pgx.ForEachRow(rows, []any{&route, &depth, &oldest, &dead}, func() error {
+		st.Depth += depth
+		st.DeadLetters += dead
+		st.OldestAge = max(st.OldestAge, time.Duration(oldest)*time.Microsecond)
+		if depth > 0 {
+			if st.Routes == nil {
+				st.Routes = map[string]int{}
+			}
+			st.Routes[route] = depth
+		}
+		return nil
+	})
+	if err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
 	}
 	// Every read is the depth view's too: the delivery Backlog's, every
 	// second, keeps it fresh.
 	s.depth.endRead(read, st.Depth, time.Now())
-	st.OldestAge = time.Duration(oldest) * time.Microsecond
 	return st, nil
 }
 

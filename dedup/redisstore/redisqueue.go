@@ -474,8 +474,9 @@ func (s *Store) DeadLetters(ctx context.Context, cursor string, limit int) ([]de
 	return out, next, nil
 }
 
-// Stats reports the queue's depth, its oldest event's age and the number
-// of dead letters, in one script, across every route's lane.
+// Stats reports the queue's depth, its oldest event's age, the number of
+// dead letters and each route's depth, in one script, across every
+// route's lane: O(routes), whatever the backlog.
 func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
@@ -486,7 +487,7 @@ func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w", err)
 	}
-	if len(v) != 5 {
+	if len(v) != 6 {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: stats: %w: script answered %d values", codec.ErrBadRecord, len(v))
 	}
 	open, _ := v[0].(int64)
@@ -496,6 +497,15 @@ func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	st := dedup.QueueStats{Depth: int(max(0, open-held)), DeadLetters: int(dead)}
 	if oldest, err := strconv.ParseFloat(str(v[1]), 64); err == nil {
 		st.OldestAge = max(0, time.Duration(now-int64(oldest))*time.Millisecond)
+	}
+	byRoute, _ := v[5].([]any)
+	for i := 0; i+1 < len(byRoute); i += 2 {
+		if n, _ := byRoute[i+1].(int64); n > 0 {
+			if st.Routes == nil {
+				st.Routes = map[string]int{}
+			}
+			st.Routes[str(byRoute[i])] = int(n)
+		}
 	}
 	return st, nil
 }

@@ -163,7 +163,7 @@ var operatorCases = []queueCase{
 	}},
 	{"Stats", func(t *testing.T, s queueStore, _ func() queueStore) {
 		ctx := context.Background()
-		if st := Stats(t, s); st != (dedup.QueueStats{}) {
+		if st := Stats(t, s); !reflect.DeepEqual(st, dedup.QueueStats{}) {
 			t.Errorf("empty queue: %+v", st)
 		}
 		start := time.Now()
@@ -199,6 +199,53 @@ var operatorCases = []queueCase{
 		if st := Stats(t, s); st.Depth != 1 || st.DeadLetters != 1 {
 			t.Errorf("the due ones delivered: %+v, want the retrying one and the dead letter", st)
 		}
+	}},
+	{"Stats by route", func(t *testing.T, s queueStore, _ func() queueStore) {
+		ctx := context.Background()
+		check := func(what string, want map[string]int) {
+			t.Helper()
+			st := Stats(t, s)
+			if !reflect.DeepEqual(st.Routes, want) {
+				t.Errorf("%s: depth by route %v, want %v", what, st.Routes, want)
+			}
+			sum := 0
+			for _, n := range st.Routes {
+				sum += n
+			}
+			if sum != st.Depth {
+				t.Errorf("%s: depth by route sums to %d, the depth is %d", what, sum, st.Depth)
+			}
+		}
+		MustEnqueueOn(t, s, "a1", "/a")
+		MustEnqueueOn(t, s, "a2", "/a")
+		MustEnqueueOn(t, s, "b1", "/b")
+		MustEnqueueOn(t, s, "none", "")
+		check("queued", map[string]int{"/a": 2, "/b": 1, "": 1})
+		ds, err := s.Take(ctx, dedup.RouteLane("/a"), 1, Lease)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Take of /a's lane: %v, %v", ds, err)
+		}
+		check("one of /a delivering", map[string]int{"/a": 1, "/b": 1, "": 1})
+		if err := s.Retry(ctx, ds[0], time.Now().Add(time.Hour), 500, "x"); err != nil {
+			t.Fatal(err)
+		}
+		check("one of /a retrying", map[string]int{"/a": 2, "/b": 1, "": 1})
+		ds, err = s.Take(ctx, dedup.RouteLane("/b"), 1, Lease)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Take of /b's lane: %v, %v", ds, err)
+		}
+		if err := s.Fail(ctx, ds[0], 500, "x", Keep); err != nil {
+			t.Fatal(err)
+		}
+		check("/b's dead-lettered", map[string]int{"/a": 2, "": 1})
+		ds, err = s.Take(ctx, dedup.RestLane("/a", "/b"), 1, Lease)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Take of the rest lane: %v, %v", ds, err)
+		}
+		if err := s.Succeed(ctx, ds[0], Replayed, Keep); err != nil {
+			t.Fatal(err)
+		}
+		check("the route-less one delivered", map[string]int{"/a": 2})
 	}},
 	{"forget removes a queued event from the queue", func(t *testing.T, s queueStore, _ func() queueStore) {
 		ctx := context.Background()
@@ -238,7 +285,7 @@ var operatorCases = []queueCase{
 		if got := Take(t, s, 10, Lease); len(got) != 0 {
 			t.Errorf("forgotten events were handed out: %+v", got)
 		}
-		if st := Stats(t, s); st != (dedup.QueueStats{}) {
+		if st := Stats(t, s); !reflect.DeepEqual(st, dedup.QueueStats{}) {
 			t.Errorf("Stats after forgetting everything = %+v", st)
 		}
 		if dls, _, _ := s.DeadLetters(ctx, "", 10); len(dls) != 0 {

@@ -347,6 +347,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		KeyPrefix:       cfg.KeyPrefix,
 		DefaultTTL:      cfg.DedupTTL,
 		Routes:          cfg.AsyncPaths(),
+		Spacing:         spacing(cfg.RouteSpecs),
 		Concurrency:     cfg.DeliveryConcurrency,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		StoreTimeout:    cfg.StoreTimeout,
@@ -368,6 +369,21 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		zap.Int("queue_max_depth", cfg.QueueMaxDepth), zap.Int("max_attempts", cfg.RetryMaxAttempts), zap.Stringer("max_age", cfg.RetryMaxAge),
 		zap.Stringer("dead_letter_after_at_most", longest.Round(time.Second)), zap.Stringer("dead_letter_after_on_average", average.Round(time.Second)))
 	return queue, workers, backlog
+}
+
+// spacing is the least time between two attempts' starts of each route
+// with a rate= (delivery.Config.Spacing); nil when none has.
+func spacing(specs []config.RouteSpec) map[string]time.Duration {
+	var m map[string]time.Duration
+	for _, r := range specs {
+		if d := r.Rate.Interval(); d > 0 {
+			if m == nil {
+				m = map[string]time.Duration{}
+			}
+			m[r.Path] = d
+		}
+	}
+	return m
 }
 
 // stillQueued reports whether a queue that no async route feeds any more
