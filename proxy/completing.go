@@ -99,7 +99,7 @@ func (h *Handler) completeAfterAnswer(w http.ResponseWriter, f *forwarding, abor
 	if !aborted {
 		flush(w)
 	}
-	_ = f.lease.Complete(&f.ctx, f.result) // its error is in the lease, for the log line
+	_ = f.lease.Complete(&f.ctx, f.lease.answered) // its error is in the lease, for the log line
 	h.completing.remove(f.lease)
 }
 

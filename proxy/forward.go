@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
@@ -53,10 +52,9 @@ type forwarding struct {
 	wh *webhook
 	// lease is the claim the webhook holds; nil when forwarded unchecked.
 	lease *Lease
-	// completes: the app answered 2xx, and result is to complete the
-	// lease with once the sender has the answer (settle).
+	// completes: the app answered 2xx, and the lease is to be completed
+	// with lease.answered once the sender has the answer (settle).
 	completes bool
-	result    dedup.Result
 	// hasher tracks a streamed body (and fingerprints it when there is a
 	// lease); nil when the body is buffered (wh.body) or empty.
 	hasher *hashingBody
@@ -156,7 +154,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, wh *webhook, o
 		// releasing any other); a no-op once settled.
 		defer func() {
 			if f.completes {
-				_ = l.Complete(&f.ctx, f.result)
+				_ = l.Complete(&f.ctx, l.answered)
 				h.completing.remove(l)
 			}
 			_ = l.Release(ctx)

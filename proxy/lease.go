@@ -37,6 +37,11 @@ type Lease struct {
 	// fingerprint (DEDUP_BODY_FINGERPRINT).
 	bodyKey string
 	ls      *leases
+	// answered is what to complete the lease with once the sender has
+	// the app's 2xx (settle, then completeAfterAnswer); zero until then.
+	// Kept here rather than in the webhook, which every request
+	// allocates, claimed or not.
+	answered dedup.Result
 
 	mu      sync.Mutex
 	settled bool
@@ -196,7 +201,7 @@ func (h *Handler) settle(resp *http.Response) error {
 		_ = f.lease.Complete(resp.Request.Context(), res) // its error is in the lease, for the log line
 		return nil
 	}
-	f.result, f.completes = res, true
+	f.lease.answered, f.completes = res, true
 	h.completing.add(f.lease)
 	return nil
 }
