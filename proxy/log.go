@@ -16,7 +16,7 @@ import (
 // logWebhook counts a webhook and writes its one log line: what became of
 // it, and every reason why, each error once.
 func (h *Handler) logWebhook(r *http.Request, wh *webhook, res result) {
-	h.m.requests.WithLabelValues(wh.route.Path, res.outcome).Inc()
+	h.m.countRequest(wh.route.Path, res.outcome)
 	if res.upstream > 0 {
 		answered := res.answered
 		if answered == 0 {
