@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		added: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "webhook_dedup_added_latency_seconds",
-			Help:    "Time the proxy adds to a webhook it forwards: its whole handling less the upstream's time (the claim, completing it, reading the body).",
+			Help:    "Time the proxy adds to a webhook it forwards: until its sender is answered, less the upstream's time (the claim, reading the body, a release; a 2xx is completed after the answer).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
