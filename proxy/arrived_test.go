@@ -105,10 +105,7 @@ func (f *arrivedFixture) expectForwarded(t *testing.T, id string, body []byte) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the upstream got no body within 5s")
 	}
-	rec, err := f.store.Lookup(context.Background(), "test:github:"+id)
-	if err != nil {
-		t.Fatalf("lookup: %v", err)
-	}
+	rec := pollSettled(t, f.store, "test:github:"+id)
 	if rec.State != dedup.Completed || rec.Result.Fingerprint != sha256.Sum256(body) {
 		t.Fatalf("record %v with fingerprint %x, want completed with the body's", rec.State, rec.Result.Fingerprint)
 	}

@@ -73,14 +73,20 @@ func TestSenderGoneAfterForwardAppSettles(t *testing.T) {
 	}
 }
 
-// pollSettled waits, with a deadline, until key is no longer in flight.
-func pollSettled(t *testing.T, s proxy.Store, key string) {
+// pollSettled waits, with a deadline, until key is no longer in flight,
+// and returns its record (Absent once released). A 2xx is completed just
+// after the sender has its answer: a test that looks at the record after
+// the answer waits here.
+func pollSettled(t *testing.T, s proxy.Store, key string) dedup.Record {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		rec, err := s.Lookup(context.Background(), key)
-		if errors.Is(err, dedup.ErrNotFound) || (err == nil && rec.State != dedup.InFlight) {
-			return
+		if errors.Is(err, dedup.ErrNotFound) {
+			return dedup.Record{State: dedup.Absent}
+		}
+		if err == nil && rec.State != dedup.InFlight {
+			return rec
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("key %s still in flight after 5s (%v)", key, err)

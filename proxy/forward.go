@@ -52,6 +52,9 @@ type forwarding struct {
 	wh *webhook
 	// lease is the claim the webhook holds; nil when forwarded unchecked.
 	lease *Lease
+	// completes: the app answered 2xx, and the lease is to be completed
+	// with lease.answered once the sender has the answer (settle).
+	completes bool
 	// hasher tracks a streamed body (and fingerprints it when there is a
 	// lease); nil when the body is buffered (wh.body) or empty.
 	hasher *hashingBody
@@ -147,15 +150,28 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, wh *webhook, o
 	stop := context.AfterFunc(h.abandon, cancel)
 	defer stop()
 	if l != nil {
-		// Runs during a panic too; a no-op once the answer settled it.
-		defer func() { _ = l.Release(ctx) }()
+		// Runs during a panic too (completing a lease the app answered 2xx,
+		// releasing any other); a no-op once settled.
+		defer func() {
+			if f.completes {
+				_ = l.Complete(&f.ctx, l.answered)
+				h.completing.remove(l)
+			}
+			_ = l.Release(ctx)
+		}()
 	}
 	start := time.Now()
 	f.ctx = fwdCtx{Context: ctx, f: f}
 	aborted := h.relay(f, r.WithContext(&f.ctx))
 	res := result{status: f.status, outcome: f.outcome, err: f.err, upstream: time.Since(start), aborted: aborted}
 	h.m.upstream.Observe(res.upstream.Seconds())
-	if l != nil {
+	switch {
+	case f.completes:
+		res.answered = time.Since(wh.start)
+		h.completeAfterAnswer(w, f, aborted)
+		_, res.settleErr = l.settlement()
+	case l != nil:
+		// Released before the answer, within the exchange.
 		res.settling, res.settleErr = l.settlement()
 	}
 	return res

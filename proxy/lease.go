@@ -37,6 +37,11 @@ type Lease struct {
 	// fingerprint (DEDUP_BODY_FINGERPRINT).
 	bodyKey string
 	ls      *leases
+	// answered is what to complete the lease with once the sender has
+	// the app's 2xx (settle, then completeAfterAnswer); zero until then.
+	// Kept here rather than in the webhook, which every request
+	// allocates, claimed or not.
+	answered dedup.Result
 
 	mu      sync.Mutex
 	settled bool
@@ -171,22 +176,32 @@ func (o observedStore) Complete(ctx context.Context, c dedup.Claim, res dedup.Re
 }
 
 // settle is the upstream's answer arriving for a forwarded request
-// (ReverseProxy's ModifyResponse): a lease the request holds is settled
-// before the sender sees the answer, so a retry sent the moment it does
-// already finds the record. A 2xx completes it, anything else releases it.
-// With ReplayResponse the answer's body is read first (up to
-// ReplayMaxBytes) to keep it, then handed on unchanged.
+// (ReverseProxy's ModifyResponse). A lease the request holds is released,
+// on anything but a 2xx, before the sender sees the answer, so that a
+// retry sent the moment it does is forwarded. A 2xx is completed right
+// after the answer (completeAfterAnswer): settle only prepares the
+// record. With BodyFingerprint it is completed before the answer, as the
+// body's own record is written with it: a replay of the body under a
+// fresh event ID, sent the moment the sender has its answer, has no claim
+// of its own to find in flight, and must find that record. With
+// ReplayResponse the answer's body is read first (up to ReplayMaxBytes)
+// to keep it, then handed on unchanged.
 func (h *Handler) settle(resp *http.Response) error {
 	f := forwardingFrom(resp.Request.Context())
 	if f == nil || f.lease == nil {
 		return nil // passed through, or forwarded unchecked
 	}
-	ctx := resp.Request.Context()
 	if !upstream.Completes(resp.StatusCode) {
-		_ = f.lease.Release(ctx) // its error is in the lease, for the log line
+		_ = f.lease.Release(resp.Request.Context()) // its error is in the lease, for the log line
 		return nil
 	}
 	replay := h.completion.Capture(resp)
-	_ = f.lease.Complete(ctx, h.completion.Result(resp.StatusCode, resp.Header, f.fingerprint(), replay))
+	res := h.completion.Result(resp.StatusCode, resp.Header, f.fingerprint(), replay)
+	if f.lease.bodyKey != "" {
+		_ = f.lease.Complete(resp.Request.Context(), res) // its error is in the lease, for the log line
+		return nil
+	}
+	f.lease.answered, f.completes = res, true
+	h.completing.add(f.lease)
 	return nil
 }

@@ -16,9 +16,13 @@ import (
 // logWebhook counts a webhook and writes its one log line: what became of
 // it, and every reason why, each error once.
 func (h *Handler) logWebhook(r *http.Request, wh *webhook, res result) {
-	h.m.requests.WithLabelValues(wh.route.Path, res.outcome).Inc()
+	h.m.countRequest(wh.route.Path, res.outcome)
 	if res.upstream > 0 {
-		h.m.added.Observe(max(time.Since(wh.start)-res.upstream+res.settling, 0).Seconds())
+		answered := res.answered
+		if answered == 0 {
+			answered = time.Since(wh.start)
+		}
+		h.m.added.Observe(max(answered-res.upstream+res.settling, 0).Seconds())
 	}
 	ce := h.log.Check(logLevel(res), "webhook")
 	if ce == nil {

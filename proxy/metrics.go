@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"maps"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +52,10 @@ type Metrics struct {
 	inflight        prometheus.Gauge
 	passthrough     *prometheus.CounterVec
 	budget          *budgetMetrics
+	// byRoute and byOp cache the children of requests (by route, then
+	// outcome) and of storeDuration (by op) that requests use.
+	byRoute children[*children[prometheus.Counter]]
+	byOp    children[prometheus.Observer]
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -65,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		added: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "webhook_dedup_added_latency_seconds",
-			Help:    "Time the proxy adds to a webhook it forwards: its whole handling less the upstream's time (the claim, completing it, reading the body).",
+			Help:    "Time the proxy adds to a webhook it forwards: until its sender is answered, less the upstream's time (the claim, reading the body, a release; a 2xx is completed after the answer).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -101,12 +108,59 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.requests, m.upstream, m.added, m.storeDuration, m.storeErrors, m.released, m.leaseLost, m.payloadMismatch, m.orderMissing, m.inflight)
 	m.passthrough = passthroughMetric(reg)
 	m.budget = newBudgetMetrics(reg)
+	m.byOp.make = func(op string) prometheus.Observer { return m.storeDuration.WithLabelValues(op) }
+	m.byRoute.make = func(route string) *children[prometheus.Counter] {
+		return &children[prometheus.Counter]{make: func(outcome string) prometheus.Counter {
+			return m.requests.WithLabelValues(route, outcome)
+		}}
+	}
 	return m
 }
 
 func (m *Metrics) observeStore(op string, start time.Time, err error) {
-	m.storeDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	m.byOp.get(op).Observe(time.Since(start).Seconds())
 	if err != nil {
 		m.storeErrors.WithLabelValues(op).Inc()
 	}
+}
+
+// countRequest counts a webhook on route answered with outcome.
+func (m *Metrics) countRequest(route, outcome string) {
+	m.byRoute.get(route).get(outcome).Inc()
+}
+
+// children caches the children of a metric vector by the value of one
+// label, each made at its first use: WithLabelValues, called per request,
+// hashes and checks every label value each time. The values are few (the
+// routes, the outcomes, the store operations), so each new one copies the
+// map, and a lookup is one atomic load and one map read, without a lock.
+type children[T any] struct {
+	m  atomic.Pointer[map[string]T]
+	mu sync.Mutex // serialises the copies
+	// make makes the child for a label value. Required.
+	make func(string) T
+}
+
+func (c *children[T]) get(v string) T {
+	if m := c.m.Load(); m != nil {
+		if x, ok := (*m)[v]; ok {
+			return x
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if x, ok := (*old)[v]; ok {
+			return x
+		}
+	}
+	m := make(map[string]T, 1)
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	x := c.make(v)
+	m[v] = x
+	c.m.Store(&m)
+	return x
 }

@@ -136,6 +136,9 @@ type Handler struct {
 	leases  *leases
 	// completion is what a 2xx leaves in the event's record.
 	completion upstream.Completion
+	// completing holds the events answered 2xx whose records are being
+	// completed.
+	completing completing
 	log        *zap.Logger
 	m          *Metrics
 	pool       bufferPool

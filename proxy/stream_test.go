@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"io"
 	"net/http"
@@ -71,10 +70,7 @@ func TestStreamedBodyFingerprint(t *testing.T) {
 				resp.Body.Close()
 			}
 
-			rec, err := store.Lookup(context.Background(), "test:github:fp1")
-			if err != nil {
-				t.Fatalf("lookup: %v", err)
-			}
+			rec := pollSettled(t, store, "test:github:fp1")
 			if rec.State != dedup.Completed {
 				t.Fatalf("record %v, want completed", rec.State)
 			}

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -150,9 +151,14 @@ func TestTracingWebhook(t *testing.T) {
 			if failed := hook.Status().Code == codes.Error; failed != (tc.appStatus >= 500) {
 				t.Errorf("webhook span status %v after the app's %d", hook.Status(), tc.appStatus)
 			}
-			kids := children(spans, sc)
-			if len(kids) != 3 || kids[0] != "store claim" || kids[1] != "store release" && kids[1] != "store complete" || kids[2] != "upstream" {
-				t.Errorf("the webhook span's children: %q; want the claim, its settling, then the upstream request", kids)
+			// In the order they ended: a release ends before the upstream
+			// request (before the sender's answer), a completion after it.
+			want := []string{"store claim", "store release", "upstream"}
+			if tc.appStatus < 300 {
+				want = []string{"store claim", "upstream", "store complete"}
+			}
+			if kids := children(spans, sc); !slices.Equal(kids, want) {
+				t.Errorf("the webhook span's children: %q; want %q", kids, want)
 			}
 			var up sdktrace.ReadOnlySpan
 			for _, s := range spans {
@@ -186,8 +192,10 @@ func TestTracingDuplicate(t *testing.T) {
 		if a := spanAttrs(s); a[tracing.Outcome] != "duplicate" || a[tracing.EventID] != "e1" {
 			t.Errorf("the duplicate's span: outcome %q, event %q", a[tracing.Outcome], a[tracing.EventID])
 		}
-		if kids := children(spans, s.SpanContext()); len(kids) != 1 || kids[0] != "store claim" {
-			t.Errorf("the duplicate's span's children: %q, want only the claim", kids)
+		// A second claim when the first copy was still being completed
+		// (answered first, completed right after): it waited, then claimed again.
+		if kids := children(spans, s.SpanContext()); len(kids) == 0 || len(kids) > 2 || slices.ContainsFunc(kids, func(k string) bool { return k != "store claim" }) {
+			t.Errorf("the duplicate's span's children: %q, want only its claims", kids)
 		}
 		return
 	}

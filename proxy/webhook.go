@@ -44,9 +44,13 @@ type result struct {
 	// signature, the store, the upstream); nil when all went well.
 	err error
 	// upstream is the time the exchange with the upstream took, of which
-	// settling is the proxy's own (settling the lease); zero when the
+	// settling is the proxy's own (releasing the lease); zero when the
 	// webhook was not forwarded.
 	upstream, settling time.Duration
+	// answered is when, since the webhook arrived, the sender was handed
+	// the answer, when the proxy had more to do after it (completing the
+	// lease); zero when the answer ended the handling.
+	answered time.Duration
 	// settleErr is why the lease could not be settled as it should.
 	settleErr error
 	// mismatch: a duplicate whose body differs from the original's.
@@ -161,7 +165,11 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 	if h.cfg.InflightWait > 0 {
 		waitUntil = time.Now().Add(h.cfg.InflightWait)
 	}
+	// recheck: a copy found in flight may still look whether its event
+	// was being completed here (once: each look may claim again).
+	recheck := true
 	for {
+		epoch := h.completing.epoch()
 		l, rec, err := h.leases.claim(h.storeCtx(wh), wh.key, wh.ext.TTL, wh.bodyKey)
 		switch {
 		case ctx.Err() != nil:
@@ -181,6 +189,9 @@ func (h *Handler) claimAndForward(w http.ResponseWriter, r *http.Request, wh *we
 			return res
 		case rec.State == dedup.Completed:
 			return h.duplicate(w, wh, rec)
+		case recheck && h.completing.wait(ctx, h.abandon, wh.key, epoch):
+			recheck = false
+			continue // answered 2xx here and completed since: claim again
 		case waitUntil.IsZero():
 			return h.inFlight(w, wh, rec)
 		}
