@@ -183,7 +183,14 @@ func TestAsyncDeadAppProbed(t *testing.T) {
 }
 
 func deadAppRun(t *testing.T, shape deadShape) {
-	addr := redistest.FreeAddr(t)
+	// An app that listens while it fails takes its address from the
+	// kernel: a free port picked beforehand can be taken by another test
+	// before the bind. The refused shape, where nothing listens until the
+	// app comes back, has to name its address first.
+	addr := "127.0.0.1:0"
+	if shape.fault == nil {
+		addr = redistest.FreeAddr(t)
+	}
 	scheme := "http://"
 	env := diskStore.env(t)
 	var trusted, untrusted *tls.Config
@@ -202,6 +209,7 @@ func deadAppRun(t *testing.T, shape deadShape) {
 	var fl *faultListener
 	if shape.fault != nil {
 		fl = listenFaulty(t, addr, shape.fault, untrusted)
+		addr = fl.Addr().String()
 	}
 	px := startProxy(t, asyncEnv(scheme+addr, env))
 	px.awaitReady(t)
