@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,12 +124,13 @@ func awaitEffects(t testing.TB, app *upstream, keys []string, deadline time.Dura
 }
 
 // scriptedApp answers each acme event as its script says and records, per
-// event, the attempt numbers it was sent and when, and how many requests
-// it held at once.
+// event, the attempt numbers it was sent and when, every request's event
+// in the order they arrived, and how many requests it held at once.
 type scriptedApp struct {
 	*httptest.Server
 	mu       sync.Mutex
 	attempts map[string][]attemptSeen
+	arrived  []string // each request's event ID, in the order the requests took mu
 	script   func(id string, n int) (status int, retryAfter string)
 	hold     chan struct{} // nil: answer at once
 	inside   atomic.Int32
@@ -153,6 +155,7 @@ func newScriptedApp(t testing.TB, script func(id string, n int) (int, string)) *
 		id := r.Header.Get("X-Acme-Event-Id")
 		a.mu.Lock()
 		a.attempts[id] = append(a.attempts[id], attemptSeen{r.Header.Get("X-Webhook-Dedup-Attempt"), time.Now()})
+		a.arrived = append(a.arrived, id)
 		seen, hold := len(a.attempts[id]), a.hold
 		a.mu.Unlock()
 		if hold != nil {
@@ -179,6 +182,14 @@ func (a *scriptedApp) seen(id string) []attemptSeen {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]attemptSeen(nil), a.attempts[id]...)
+}
+
+// arrivals is the event ID of every request so far, in the order they
+// arrived.
+func (a *scriptedApp) arrivals() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.arrived)
 }
 
 func (a *scriptedApp) total() int {
