@@ -167,3 +167,73 @@ func TestAsyncOrderedHeadAfterKill(t *testing.T) {
 		})
 	}
 }
+
+// TestAsyncOrderedKeyHangs: on an ordered route, the app hangs on one
+// key's head (until UPSTREAM_TIMEOUT, far longer than the test) and
+// answers the other keys at once: the other keys' events are all
+// delivered within besideHung's bound from the first one's send (the
+// hung key holds one worker of DELIVERY_CONCURRENCY), while the hung
+// key's events behind its head wait, unsent, on every async store.
+func TestAsyncOrderedKeyHangs(t *testing.T) {
+	t.Parallel()
+	for _, store := range []asyncStore{diskStore, redisStore, pgStore} {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			app := newScriptedApp(t, nil)
+			env := asyncEnv(app.URL, store.env(t))
+			env["ROUTES"] = orderedRoute
+			env["DELIVERY_CONCURRENCY"], env["UPSTREAM_TIMEOUT"], env["SHUTDOWN_TIMEOUT"] = "4", "120s", "1s"
+			px := startProxy(t, env)
+			ctx, client := testContext(t), newClient(t)
+			keyed := func(n int, key string) event {
+				ev := acme.Event(n)
+				ev.Extra = http.Header{"X-Order-Key": {key}}
+				return ev
+			}
+			// The hung key first: its head is being delivered (and hangs)
+			// before the others are sent.
+			const hungEvents = 3
+			var hung []string
+			for i := range hungEvents {
+				hung = append(hung, acme.Event(i).ID)
+				app.hang(acme.Event(i).ID)
+				expect(t, "an ordered webhook", mustSend(t, ctx, client, px, acme, keyed(i, "hung")), 202, "queued")
+			}
+			await(t, px.bounds().delivered(1), func() error {
+				if len(app.seen(hung[0])) == 0 {
+					return fmt.Errorf("the hung key's head has not reached the app")
+				}
+				return nil
+			})
+			const keys, each = 6, 4
+			start := time.Now()
+			var others []string
+			for i := range keys * each {
+				n := 100 + i
+				others = append(others, acme.Event(n).ID)
+				expect(t, "an ordered webhook", mustSend(t, ctx, client, px, acme, keyed(n, fmt.Sprintf("key-%d", i%keys))), 202, "queued")
+			}
+			bound := px.bounds().besideHung(len(others), each, 1, 0)
+			if limit := px.bounds().cfg.UpstreamTimeout; bound >= limit {
+				t.Fatalf("the bound %s is not below UPSTREAM_TIMEOUT %s: the test could not tell a wait for the hung key", bound, limit)
+			}
+			await(t, bound, func() error {
+				for _, id := range others {
+					if len(app.seen(id)) == 0 {
+						return fmt.Errorf("%s not delivered", id)
+					}
+				}
+				return nil
+			})
+			t.Logf("%d events of %d other keys delivered in %s (bound %s) while one key hangs", len(others), keys, time.Since(start).Round(time.Millisecond), bound)
+			if got := len(app.seen(hung[0])); got != 1 {
+				t.Errorf("the hung head was sent %d times, want once (still waiting)", got)
+			}
+			for _, id := range hung[1:] {
+				if got := len(app.seen(id)); got != 0 {
+					t.Errorf("%s, behind the hung head, was sent %d times", id, got)
+				}
+			}
+		})
+	}
+}

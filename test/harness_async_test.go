@@ -132,7 +132,8 @@ type scriptedApp struct {
 	attempts map[string][]attemptSeen
 	arrived  []string // each request's event ID, in the order the requests took mu
 	script   func(id string, n int) (status int, retryAfter string)
-	hold     chan struct{} // nil: answer at once
+	hold     chan struct{}   // nil: answer at once
+	hung     map[string]bool // events whose requests wait until the proxy gives them up (hang)
 	inside   atomic.Int32
 	most     atomic.Int32
 }
@@ -156,8 +157,12 @@ func newScriptedApp(t testing.TB, script func(id string, n int) (int, string)) *
 		a.mu.Lock()
 		a.attempts[id] = append(a.attempts[id], attemptSeen{r.Header.Get("X-Webhook-Dedup-Attempt"), time.Now()})
 		a.arrived = append(a.arrived, id)
-		seen, hold := len(a.attempts[id]), a.hold
+		seen, hold, hung := len(a.attempts[id]), a.hold, a.hung[id]
 		a.mu.Unlock()
+		if hung {
+			<-r.Context().Done()
+			return
+		}
 		if hold != nil {
 			select {
 			case <-hold:
@@ -200,6 +205,19 @@ func (a *scriptedApp) total() int {
 		n += len(s)
 	}
 	return n
+}
+
+// hang makes every request for the events ids wait until the proxy gives
+// it up (UPSTREAM_TIMEOUT), unanswered.
+func (a *scriptedApp) hang(ids ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hung == nil {
+		a.hung = map[string]bool{}
+	}
+	for _, id := range ids {
+		a.hung[id] = true
+	}
 }
 
 // holdAll makes every request wait in the app until the returned release.
