@@ -15,6 +15,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
 	"github.com/webhook-dedup/webhook-dedup/policy"
+	"github.com/webhook-dedup/webhook-dedup/providers"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
@@ -344,4 +345,89 @@ func TestAsyncEnqueueConcurrency(t *testing.T) {
 	if m := q.most.Load(); m != 2 {
 		t.Errorf("at most %d enqueues at once, want EnqueueConcurrency's 2", m)
 	}
+}
+
+// TestOrderKeyMissing: on a route with order=, a webhook whose order key
+// is absent, empty or not a valid one is still queued (202), unordered
+// (due at once beside another without a key), and counted in
+// webhook_dedup_order_key_missing_total{route}; one with its key is
+// queued under the route and the key, behind the one before it.
+func TestOrderKeyMissing(t *testing.T) {
+	q := newQueueStore(t)
+	f := newFixture(t, "/hooks=header:X-Id;async;order=header:X-Key,/json=header:X-Id;async;order=json:customer.id",
+		proxy.Config{Store: q, Queue: q})
+	for _, tt := range []struct {
+		name, path string
+		header     map[string]string
+		body       string
+	}{
+		{"header absent", "/hooks", nil, "{}"},
+		{"header empty", "/hooks", map[string]string{"X-Key": ""}, "{}"},
+		{"header too long", "/hooks", map[string]string{"X-Key": strings.Repeat("k", providers.MaxIDLen+1)}, "{}"},
+		{"JSON absent", "/json", nil, `{"customer":{}}`},
+		{"JSON not an object", "/json", nil, `{"customer":"c1"}`},
+		{"JSON empty", "/json", nil, `{"customer":{"id":""}}`},
+		{"JSON control character", "/json", nil, `{"customer":{"id":"c\u00011"}}`},
+		{"body not JSON", "/json", nil, `not json`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := f.counter(t, "webhook_dedup_order_key_missing_total", "route", tt.path)
+			var keys []string
+			for i := range 2 {
+				id := fmt.Sprintf("%s-%d", strings.ReplaceAll(tt.name, " ", "-"), i)
+				header := map[string]string{"X-Id": id}
+				for k, v := range tt.header {
+					header[k] = v
+				}
+				resp := f.post(t, tt.path, header, tt.body)
+				if resp.StatusCode != http.StatusAccepted || resp.Header.Get(proxy.HeaderOutcome) != "queued" {
+					t.Fatalf("%s: %d %q, want 202 queued", id, resp.StatusCode, resp.Header.Get(proxy.HeaderOutcome))
+				}
+				keys = append(keys, "test:"+tt.path+":"+id)
+			}
+			if got := f.counter(t, "webhook_dedup_order_key_missing_total", "route", tt.path) - before; got != 2 {
+				t.Errorf("order_key_missing_total{route=%s} rose by %v, want 2", tt.path, got)
+			}
+			// Both due at once: neither waits behind the other.
+			ds := takeAll(t, q)
+			for _, k := range keys {
+				if _, ok := ds[k]; !ok {
+					t.Errorf("%s is not due beside the other event without a key (took %d)", k, len(ds))
+				}
+			}
+		})
+	}
+	t.Run("key present", func(t *testing.T) {
+		before := f.counter(t, "webhook_dedup_order_key_missing_total", "route", "/json")
+		for i := range 2 {
+			resp := f.post(t, "/json", map[string]string{"X-Id": fmt.Sprintf("keyed-%d", i)}, `{"customer":{"id":"c1"}}`)
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("keyed-%d: %d, want 202", i, resp.StatusCode)
+			}
+		}
+		if got := f.counter(t, "webhook_dedup_order_key_missing_total", "route", "/json") - before; got != 0 {
+			t.Errorf("order_key_missing_total rose by %v for webhooks with their key", got)
+		}
+		rec, err := q.Lookup(context.Background(), "test:/json:keyed-1")
+		if err != nil || rec.Delivery.BlockedBy != "test:/json:keyed-0" {
+			t.Errorf("keyed-1: blocked by %q (%v), want keyed-0", rec.Delivery.BlockedBy, err)
+		}
+		if ds := takeAll(t, q); len(ds) != 1 {
+			t.Errorf("took %d deliveries, want keyed-0 alone", len(ds))
+		}
+	})
+}
+
+// takeAll takes every due delivery of q, by key.
+func takeAll(t *testing.T, q *queueStore) map[string]dedup.Delivery {
+	t.Helper()
+	ds, err := q.Take(context.Background(), dedup.AllRoutes, 100, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]dedup.Delivery{}
+	for _, d := range ds {
+		out[d.Claim.Key] = d
+	}
+	return out
 }

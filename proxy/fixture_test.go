@@ -112,8 +112,10 @@ func newWrappedFixture(t *testing.T, routes string, cfg proxy.Config, wrap func(
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = proxy.NewMetrics(reg)
 	for _, entry := range strings.Split(routes, ",") {
+		// path=source[;mode[;order=key source]]
 		path, spec, _ := strings.Cut(entry, "=")
-		spec, mode, _ := strings.Cut(spec, ";")
+		spec, rest, _ := strings.Cut(spec, ";")
+		mode, option, _ := strings.Cut(rest, ";")
 		var delivery policy.DeliveryMode
 		if mode != "" {
 			if err := delivery.UnmarshalText([]byte(mode)); err != nil {
@@ -124,7 +126,17 @@ func newWrappedFixture(t *testing.T, routes string, cfg proxy.Config, wrap func(
 		if err != nil {
 			t.Fatalf("ParseSource(%q, %q): %v", path, spec, err)
 		}
-		cfg.Routes = append(cfg.Routes, proxy.Route{Path: path, Source: src, Delivery: delivery})
+		route := proxy.Route{Path: path, Source: src, Delivery: delivery}
+		if option != "" {
+			keySpec, ok := strings.CutPrefix(option, "order=")
+			if !ok {
+				t.Fatalf("route %s: option %q: the fixture knows order= only", path, option)
+			}
+			if route.Order, err = providers.ParseKey(keySpec); err != nil {
+				t.Fatalf("ParseKey(%q): %v", keySpec, err)
+			}
+		}
+		cfg.Routes = append(cfg.Routes, route)
 	}
 	h := newHandler(t, cfg)
 	var served http.Handler = h

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
 // orderedAcme is acme on an ordered route: the order key is the header
@@ -46,9 +44,6 @@ func failures(id string) int {
 // either, alternately: the order is the store's order of the 202s).
 func TestAsyncOrderedDelivery(t *testing.T) {
 	t.Parallel()
-	postgres := asyncStore{"PostgreSQL", func(t *testing.T) map[string]string {
-		return map[string]string{"DATABASE_URL": pgtest.New(t).NewDatabase(t)}
-	}}
 	for _, tt := range []struct {
 		store   asyncStore
 		proxies int
@@ -56,7 +51,7 @@ func TestAsyncOrderedDelivery(t *testing.T) {
 		{diskStore, 1},
 		{redisStore, 2},
 		{clusterStore, 2},
-		{postgres, 2},
+		{pgStore, 2},
 	} {
 		t.Run(tt.store.name, func(t *testing.T) {
 			t.Parallel()
@@ -99,25 +94,18 @@ func TestAsyncOrderedDelivery(t *testing.T) {
 // repeated only in place (its retries).
 func checkKeyOrder(t *testing.T, app *scriptedApp, n int) {
 	t.Helper()
-	type arrival struct {
-		seq int
-		at  time.Time
-	}
-	byKey := make([][]arrival, orderKeys)
+	seq := make(map[string]int, n) // event ID: its place in its key
 	for i := range n {
-		for _, a := range app.seen(acme.Event(i).ID) {
-			byKey[i%orderKeys] = append(byKey[i%orderKeys], arrival{i / orderKeys, a.at})
+		seq[acme.Event(i).ID] = i
+	}
+	byKey := make([][]int, orderKeys)
+	for _, id := range app.arrivals() {
+		if i, ok := seq[id]; ok {
+			byKey[i%orderKeys] = append(byKey[i%orderKeys], i/orderKeys)
 		}
 	}
 	for k, arrivals := range byKey {
-		slices.SortStableFunc(arrivals, func(x, y arrival) int { return x.at.Compare(y.at) })
-		var got []int
-		for _, a := range arrivals {
-			if len(got) == 0 || got[len(got)-1] != a.seq {
-				got = append(got, a.seq)
-			}
-		}
-		if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(got, want) {
+		if got, want := slices.Compact(arrivals), []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(got, want) {
 			t.Errorf("key-%d: the app saw its events in the order %v, want %v", k, got, want)
 		}
 	}
@@ -126,10 +114,10 @@ func checkKeyOrder(t *testing.T, app *scriptedApp, n int) {
 // TestAsyncOrderedHeadAfterKill: a proxy killed (SIGKILL) while the app
 // holds the head of a key: the next proxy on the same store delivers that
 // head again before anything behind it (DATA_DIR as soon as the file is
-// reopened, Redis once LEASE_TTL has run out).
+// reopened, Redis and PostgreSQL once LEASE_TTL has run out).
 func TestAsyncOrderedHeadAfterKill(t *testing.T) {
 	t.Parallel()
-	for _, store := range []asyncStore{diskStore, redisStore} {
+	for _, store := range []asyncStore{diskStore, redisStore, pgStore} {
 		t.Run(store.name, func(t *testing.T) {
 			t.Parallel()
 			app := newScriptedApp(t, nil)
@@ -141,11 +129,12 @@ func TestAsyncOrderedHeadAfterKill(t *testing.T) {
 			px := startProxy(t, env)
 			ctx, client := testContext(t), newClient(t)
 			const events = 3
+			ids := make([]string, events) // one key's: events 0, orderKeys, 2*orderKeys
 			for i := range events {
-				// One key: events 0, orderKeys, 2*orderKeys.
+				ids[i] = acme.Event(i * orderKeys).ID
 				expect(t, "an ordered webhook", mustSend(t, ctx, client, px, acme, orderedEvent(i*orderKeys)), 202, "queued")
 			}
-			head := acme.Event(0).ID
+			head := ids[0]
 			await(t, px.bounds().delivered(1), func() error {
 				if len(app.seen(head)) == 0 {
 					return fmt.Errorf("the head has not reached the app")
@@ -156,8 +145,8 @@ func TestAsyncOrderedHeadAfterKill(t *testing.T) {
 			release()
 			next := startProxy(t, env)
 			await(t, next.bounds().delivered(events+1), func() error {
-				for i := range events {
-					if len(app.seen(acme.Event(i*orderKeys).ID)) == 0 {
+				for i, id := range ids {
+					if len(app.seen(id)) == 0 {
 						return fmt.Errorf("event %d not delivered", i)
 					}
 				}
@@ -166,20 +155,84 @@ func TestAsyncOrderedHeadAfterKill(t *testing.T) {
 				}
 				return nil
 			})
-			var got []string
-			for i := range events {
-				for _, a := range app.seen(acme.Event(i * orderKeys).ID) {
-					got = append(got, fmt.Sprintf("%s@%d", acme.Event(i*orderKeys).ID, a.at.UnixNano()))
+			var got []string // the key's requests, in the order they arrived
+			for _, id := range app.arrivals() {
+				if slices.Contains(ids, id) {
+					got = append(got, id)
 				}
 			}
-			slices.SortFunc(got, func(x, y string) int {
-				var xa, ya int64
-				fmt.Sscanf(x[len(head)+1:], "%d", &xa)
-				fmt.Sscanf(y[len(head)+1:], "%d", &ya)
-				return int(xa - ya)
+			if len(got) < 2 || got[0] != head || got[1] != head || !slices.Equal(slices.Compact(slices.Clone(got)), ids) {
+				t.Errorf("the app saw %v, want the head %s twice, then the others in order %v", got, head, ids[1:])
+			}
+		})
+	}
+}
+
+// TestAsyncOrderedKeyHangs: on an ordered route, the app hangs on one
+// key's head (until UPSTREAM_TIMEOUT, far longer than the test) and
+// answers the other keys at once: the other keys' events are all
+// delivered within besideHung's bound from the first one's send (the
+// hung key holds one worker of DELIVERY_CONCURRENCY), while the hung
+// key's events behind its head wait, unsent, on every async store.
+func TestAsyncOrderedKeyHangs(t *testing.T) {
+	t.Parallel()
+	for _, store := range []asyncStore{diskStore, redisStore, pgStore} {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			app := newScriptedApp(t, nil)
+			env := asyncEnv(app.URL, store.env(t))
+			env["ROUTES"] = orderedRoute
+			env["DELIVERY_CONCURRENCY"], env["UPSTREAM_TIMEOUT"], env["SHUTDOWN_TIMEOUT"] = "4", "120s", "1s"
+			px := startProxy(t, env)
+			ctx, client := testContext(t), newClient(t)
+			keyed := func(n int, key string) event {
+				ev := acme.Event(n)
+				ev.Extra = http.Header{"X-Order-Key": {key}}
+				return ev
+			}
+			// The hung key first: its head is being delivered (and hangs)
+			// before the others are sent.
+			const hungEvents = 3
+			var hung []string
+			for i := range hungEvents {
+				hung = append(hung, acme.Event(i).ID)
+				app.hang(acme.Event(i).ID)
+				expect(t, "an ordered webhook", mustSend(t, ctx, client, px, acme, keyed(i, "hung")), 202, "queued")
+			}
+			await(t, px.bounds().delivered(1), func() error {
+				if len(app.seen(hung[0])) == 0 {
+					return fmt.Errorf("the hung key's head has not reached the app")
+				}
+				return nil
 			})
-			if len(got) < 2 || got[0][:len(head)] != head || got[1][:len(head)] != head {
-				t.Errorf("the app saw %v, want the head twice before anything behind it", got)
+			const keys, each = 6, 4
+			start := time.Now()
+			var others []string
+			for i := range keys * each {
+				n := 100 + i
+				others = append(others, acme.Event(n).ID)
+				expect(t, "an ordered webhook", mustSend(t, ctx, client, px, acme, keyed(n, fmt.Sprintf("key-%d", i%keys))), 202, "queued")
+			}
+			bound := px.bounds().besideHung(len(others), each, 1, 0)
+			if limit := px.bounds().cfg.UpstreamTimeout; bound >= limit {
+				t.Fatalf("the bound %s is not below UPSTREAM_TIMEOUT %s: the test could not tell a wait for the hung key", bound, limit)
+			}
+			await(t, bound, func() error {
+				for _, id := range others {
+					if len(app.seen(id)) == 0 {
+						return fmt.Errorf("%s not delivered", id)
+					}
+				}
+				return nil
+			})
+			t.Logf("%d events of %d other keys delivered in %s (bound %s) while one key hangs", len(others), keys, time.Since(start).Round(time.Millisecond), bound)
+			if got := len(app.seen(hung[0])); got != 1 {
+				t.Errorf("the hung head was sent %d times, want once (still waiting)", got)
+			}
+			for _, id := range hung[1:] {
+				if got := len(app.seen(id)); got != 0 {
+					t.Errorf("%s, behind the hung head, was sent %d times", id, got)
+				}
 			}
 		})
 	}

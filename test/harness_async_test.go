@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,14 +124,16 @@ func awaitEffects(t testing.TB, app *upstream, keys []string, deadline time.Dura
 }
 
 // scriptedApp answers each acme event as its script says and records, per
-// event, the attempt numbers it was sent and when, and how many requests
-// it held at once.
+// event, the attempt numbers it was sent and when, every request's event
+// in the order they arrived, and how many requests it held at once.
 type scriptedApp struct {
 	*httptest.Server
 	mu       sync.Mutex
 	attempts map[string][]attemptSeen
+	arrived  []string // each request's event ID, in the order the requests took mu
 	script   func(id string, n int) (status int, retryAfter string)
-	hold     chan struct{} // nil: answer at once
+	hold     chan struct{}   // nil: answer at once
+	hung     map[string]bool // events whose requests wait until the proxy gives them up (hang)
 	inside   atomic.Int32
 	most     atomic.Int32
 }
@@ -153,8 +156,13 @@ func newScriptedApp(t testing.TB, script func(id string, n int) (int, string)) *
 		id := r.Header.Get("X-Acme-Event-Id")
 		a.mu.Lock()
 		a.attempts[id] = append(a.attempts[id], attemptSeen{r.Header.Get("X-Webhook-Dedup-Attempt"), time.Now()})
-		seen, hold := len(a.attempts[id]), a.hold
+		a.arrived = append(a.arrived, id)
+		seen, hold, hung := len(a.attempts[id]), a.hold, a.hung[id]
 		a.mu.Unlock()
+		if hung {
+			<-r.Context().Done()
+			return
+		}
 		if hold != nil {
 			select {
 			case <-hold:
@@ -181,6 +189,14 @@ func (a *scriptedApp) seen(id string) []attemptSeen {
 	return append([]attemptSeen(nil), a.attempts[id]...)
 }
 
+// arrivals is the event ID of every request so far, in the order they
+// arrived.
+func (a *scriptedApp) arrivals() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.arrived)
+}
+
 func (a *scriptedApp) total() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -189,6 +205,19 @@ func (a *scriptedApp) total() int {
 		n += len(s)
 	}
 	return n
+}
+
+// hang makes every request for the events ids wait until the proxy gives
+// it up (UPSTREAM_TIMEOUT), unanswered.
+func (a *scriptedApp) hang(ids ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hung == nil {
+		a.hung = map[string]bool{}
+	}
+	for _, id := range ids {
+		a.hung[id] = true
+	}
 }
 
 // holdAll makes every request wait in the app until the returned release.

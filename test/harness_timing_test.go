@@ -110,6 +110,20 @@ func (b bounds) drained(attempts int, work time.Duration) time.Duration {
 	return time.Duration(rounds) * (work + 2*b.storeOp())
 }
 
+// besideHung bounds how long the events of ordered keys whose app
+// answers each within work take to be delivered while the app hangs on
+// the heads of hung other keys (docs/ordering.md states it): a hung key
+// holds one worker (its head; nothing behind it is taken), the other
+// DELIVERY_CONCURRENCY - hung go on in rounds, as in drained, and a key's
+// events go one per round, so there are at least perKey rounds.
+// UPSTREAM_TIMEOUT is not in it: the keys that answer never wait for the
+// one that does not.
+func (b bounds) besideHung(attempts, perKey, hung int, work time.Duration) time.Duration {
+	workers := max(b.cfg.DeliveryConcurrency-hung, 1)
+	rounds := max((attempts+workers-1)/workers, perKey)
+	return time.Duration(rounds)*(work+2*b.storeOp()) + loadMargin
+}
+
 // pollInterval is how often a wait looks again.
 const pollInterval = 10 * time.Millisecond
 

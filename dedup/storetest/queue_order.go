@@ -140,6 +140,36 @@ var orderCases = []queueCase{
 		enqueueBlocking(t, s, "a", "a4")
 		checkBlockedBy(t, s, "a4", "a2")
 	}},
+	{"ordered: a blocking dead letter is listed by when it failed", func(t *testing.T, s queueStore, _ func() queueStore) {
+		// A dead letter kept for its key (block) expires never: it must
+		// still be listed, filtered and paged by its failure time, among
+		// the dead letters that do expire, failed before and after it.
+		enqueueOrdered(t, s, "", "early")
+		failBatch(t, s, []string{"early"})
+		before := nextMilli(t)
+		enqueueBlocking(t, s, "a", "a1", "a2")
+		failBatch(t, s, []string{"a1"})
+		after := nextMilli(t)
+		enqueueOrdered(t, s, "", "late")
+		failBatch(t, s, []string{"late"}) // a2 waits behind a1
+		check := func(q dedup.EventQuery, want ...string) {
+			t.Helper()
+			q.State = dedup.Failed
+			if got := eventKeys(listAll(t, s, q, 1)); !slices.Equal(got, want) {
+				t.Errorf("Events(failed, since %s, until %s) = %v, want %v", q.Since, q.Until, got, want)
+			}
+		}
+		check(dedup.EventQuery{}, "a1", "early", "late")
+		check(dedup.EventQuery{Since: before, Until: after}, "a1")
+		check(dedup.EventQuery{Since: after}, "late")
+		check(dedup.EventQuery{Until: before}, "early")
+		check(dedup.EventQuery{Since: after.Add(time.Hour)})
+		for _, ev := range listAll(t, s, dedup.EventQuery{State: dedup.Failed, KeyPrefix: "a1"}, 10) {
+			if since := ev.Record.Since; since.Before(before.Add(-time.Millisecond)) || !since.Before(after) {
+				t.Errorf("the blocking dead letter failed at %s, want between %s and %s", since, before, after)
+			}
+		}
+	}},
 	{"ordered: forgetting a head that is held lets the next go", func(t *testing.T, s queueStore, _ func() queueStore) {
 		ctx := context.Background()
 		enqueueOrdered(t, s, "a", "a1", "a2")

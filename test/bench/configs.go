@@ -51,6 +51,14 @@ type config struct {
 	logLevel string
 	// before runs the -before binary instead of the one measured.
 	before bool
+	// keys: the events name one of this many customers in turn (their
+	// data.object.customer), and the run times the delivery of a backlog
+	// queued behind a held app (backlogRun); 0: every event names the
+	// same customer, and no such run.
+	keys int
+	// ordered puts order=json:data.object.customer on the Stripe route:
+	// each customer's events delivered one at a time, in order.
+	ordered bool
 }
 
 // baseline reports whether c always runs, whatever -only says: the rows
@@ -65,7 +73,7 @@ func (c config) queues() bool { return c.async || c.server == hookaido }
 
 // paced reports whether the run measures delivery during intake too: on a
 // queueing server, a fast app and first-seen events.
-func (c config) paced() bool { return c.queues() && !c.slow && c.load == uniqueJSON }
+func (c config) paced() bool { return c.queues() && !c.slow && c.load == uniqueJSON && c.keys == 0 }
 
 // countsIDs reports whether the upstream counts distinct event IDs: on the
 // rows that send each event 3×, to count the app's copies per event.
@@ -81,6 +89,15 @@ func (c config) storeLabel() string {
 
 // fsyncOn marks the rows of a PostgreSQL as deployed.
 const fsyncOn = "fsync=on"
+
+// orderKeys is how many customers the ordered-delivery rows' events name
+// in turn: as many keys in the queue at once.
+const orderKeys = 1000
+
+// customers and orderOption name the ordered-delivery rows.
+var customers = fmt.Sprintf("%s customers", thousands(orderKeys))
+
+const orderOption = "order=json:data.object.customer"
 
 // cacheSize is CACHE_SIZE in the rows that measure the cache: far more
 // entries than the rows' duplicates need.
@@ -166,6 +183,17 @@ func allConfigs(before bool) []config {
 		async(on(dataDir, thriceJSON)),
 		async(on(redisStore, thriceJSON)),
 	)
+	// Ordered delivery's cost: the delivery of a backlog of events over
+	// orderKeys customers, on a route ordered by customer and on the same
+	// route unordered.
+	for _, s := range []store{dataDir, redisStore, postgresStore} {
+		keyed := config{store: s, load: uniqueJSON, keys: orderKeys}
+		ordered := keyed
+		ordered.ordered = true
+		cs = append(cs,
+			async(dedup(keyed, ", "+customers)),
+			async(dedup(ordered, ", "+customers+", "+orderOption)))
+	}
 	// What the per-webhook log line costs.
 	quiet := dedup(config{store: redisStore, load: uniqueJSON}, ", LOG_LEVEL=warn")
 	quiet.logLevel = "warn"

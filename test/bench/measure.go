@@ -17,13 +17,13 @@ import (
 const drainFor = 2 * time.Minute
 
 // drain waits until a queueing server has delivered its backlog, and
-// returns how long that took: until the app has received as many requests
+// returns how long that took and the app's count of requests then: until the app has received as many requests
 // as the server has queued events. (Its queue's gauge would read empty
 // later: the record of a delivery is settled after the app's answer,
 // written in batches. And the sender's own count of 2xx answers misses
 // the events of the requests wrk cut off at the end of a run, queued but
 // never answered to it.)
-func drain(ctx context.Context, countURL string, queued func() (int64, error)) (time.Duration, error) {
+func drain(ctx context.Context, countURL string, queued func() (int64, error)) (time.Duration, int64, error) {
 	start := time.Now()
 	var want, got int64
 	for {
@@ -33,14 +33,14 @@ func drain(ctx context.Context, countURL string, queued func() (int64, error)) (
 			want, err = queued()
 		}
 		if err == nil && got >= want {
-			return time.Since(start), nil
+			return time.Since(start), got, nil
 		}
 		if time.Since(start) > drainFor {
-			return 0, fmt.Errorf("waited %s for the app to receive the %d events queued: it has %d (last error: %v)", drainFor, want, got, err)
+			return 0, 0, fmt.Errorf("waited %s for the app to receive the %d events queued: it has %d (last error: %v)", drainFor, want, got, err)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -235,6 +235,7 @@ func report(w io.Writer, o options, m machine, configs []config, results map[str
 	asyncTable(w, rows)
 	peerTable(w, rows)
 	intakeTable(w, rows)
+	orderTable(w, rows)
 	cacheTable(w, rows)
 	durableTable(w, rows)
 	targets(w, rows)
@@ -396,6 +397,53 @@ func intakeTable(w io.Writer, rows []row) {
 	}
 	printTable(w, fmt.Sprintf("| delivery during intake | full intake: accepted / delivered per s | delivered ÷ accepted (≥ %.2f) | accepted ÷ Hookaido's (≥ %.0f×) | backlog delivered in s | paced: offered/s | accepted / delivered per s | delivered ÷ accepted (≥ %.2f) | late | sender p50 / p99 ms | backlog delivered in s |", fullShareTarget, peerTarget, pacedShareTarget), lines,
 		"Full intake is the 32-connection run: wrk sends as fast as it is answered, and the deliveries share the server core with the intake. Deliveries of the warm-up's backlog count too, so the ratio may pass 1. Accepted ÷ Hookaido's: the median accepted/s of the full intake against the Hookaido row's, when it ran (\"–\" otherwise). Paced: request i of the run is due at start + i ÷ rate, at half the rate the 32-connection run of the same server accepted, on 32 connections, for the 32-connection run's duration; accepted and delivered per second count the answers and the app's requests from the first request to the last answer, late the requests sent over 10 ms after they were due (every connection was waiting for an answer); the sender's latencies run from when each request was due. Each backlog is timed as in the table above, from the last answer.")
+}
+
+// orderTarget is the goal of ordered delivery: a backlog over orderKeys
+// keys delivered at least this share of the same route's rate unordered.
+const orderTarget = 0.80
+
+// orderTable puts each store's ordered route beside the same route
+// unordered: how fast each delivers a backlog over orderKeys customers.
+func orderTable(w io.Writer, rows []row) {
+	backlog := func(r *row, f func(backlogResult) float64) float64 {
+		v, _ := r.medianOf(func(run result) (float64, bool) {
+			if run.Backlog == nil {
+				return 0, false
+			}
+			return f(*run.Backlog), true
+		})
+		return v
+	}
+	accepted := func(r *row) float64 {
+		v, _ := r.medianOf(func(run result) (float64, bool) { return run.Load.acceptedRate(), true })
+		return v
+	}
+	var lines []string
+	for _, s := range []store{dataDir, redisStore, postgresStore} {
+		name := fmt.Sprintf("webhook-dedup, %s, %s, %s", s, uniqueJSON, customers)
+		ur, or := findRow(rows, name+", async"), findRow(rows, name+", "+orderOption+", async")
+		if ur == nil || or == nil {
+			continue
+		}
+		// The ratio of each repeat's pair, which ran close together.
+		var ratios []float64
+		for _, o := range or.runs {
+			for _, u := range ur.runs {
+				if u.Repeat == o.Repeat && u.Backlog != nil && o.Backlog != nil && u.Backlog.rate() > 0 {
+					ratios = append(ratios, o.Backlog.rate()/u.Backlog.rate())
+				}
+			}
+		}
+		x := median(ratios)
+		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %s / %s | %s / %s | %.2f %s |", s,
+			thousands(accepted(ur)), thousands(accepted(or)),
+			thousands(backlog(ur, func(b backlogResult) float64 { return float64(b.Events) })), thousands(backlog(or, func(b backlogResult) float64 { return float64(b.Events) })),
+			thousands(backlog(ur, backlogResult.rate)), thousands(backlog(or, backlogResult.rate)),
+			x, yes(len(ratios) > 0 && math.Round(x*100) >= orderTarget*100))) // as shown
+	}
+	printTable(w, fmt.Sprintf("| ordered delivery over %s (unordered / %s) | accepted/s, the app held | backlog, events | backlog delivered per s | ordered ÷ unordered (≥ %.2f) |", customers, orderOption, orderTarget), lines,
+		fmt.Sprintf("The Stripe route with and without %s, on the same events: request n names customer n mod %s, so the queue holds %s keys at once, a few events each. After the warm-up's backlog is delivered, the app holds every request (uncounted) while wrk runs at 32 connections, so the queue fills with no delivery reaching the app; then the app is let go and the backlog's delivery is timed, as in the tables above, alone on the servers' core: events the app received ÷ the time until it has as many as the server queued. The ratio is the median of each repeat's ordered ÷ unordered.", orderOption, thousands(orderKeys), thousands(orderKeys)))
 }
 
 // durableTable puts PostgreSQL as deployed (fsync=on) beside PostgreSQL

@@ -44,8 +44,26 @@ type result struct {
 	Thrice        int64 `json:"thrice,omitempty"`
 	ThriceReached int64 `json:"thrice_reached,omitempty"`
 	ThriceCopies  int64 `json:"thrice_copies,omitempty"`
+	// Backlog is the delivery of the backlog the 32-connection run
+	// queued behind the held app, on the ordered-delivery rows.
+	Backlog *backlogResult `json:"backlog,omitempty"`
 	// Peer is the version of Hookaido, on its rows.
 	Peer string `json:"peer,omitempty"`
+}
+
+// backlogResult is the delivery of a backlog queued behind a held app,
+// from the app's release to its last delivery.
+type backlogResult struct {
+	Events  int64         `json:"events"` // the app's requests meanwhile
+	Drained time.Duration `json:"drained_ns"`
+}
+
+// rate is the backlog's deliveries per second.
+func (b backlogResult) rate() float64 {
+	if b.Drained <= 0 {
+		return 0
+	}
+	return float64(b.Events) / b.Drained.Seconds()
 }
 
 // copies is the app's requests per event sent 3× that it received.
@@ -95,6 +113,9 @@ func (r result) note() string {
 	}
 	if p := r.Paced; p != nil {
 		parts = append(parts, fmt.Sprintf("paced at %.0f/s: %.0f accepted/s, %.0f delivered/s, drained in %s", p.Rate, p.acceptedRate(), p.deliveredRate(), seconds(p.Drained)))
+	}
+	if b := r.Backlog; b != nil {
+		parts = append(parts, fmt.Sprintf("backlog of %d delivered in %s: %.0f/s", b.Events, seconds(b.Drained), b.rate()))
 	}
 	if r.Thrice > 0 {
 		parts = append(parts, fmt.Sprintf("%.2f copies at the app per event sent 3× (%d of %d events reached it)", r.copies(), r.ThriceReached, r.Thrice))

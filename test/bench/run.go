@@ -110,7 +110,7 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		if err := ctx.Err(); err != nil {
 			return wrkResult{}, err
 		}
-		return runWrk(dir, place, url, conns, d, script(c.load, path, nonce, dupID))
+		return runWrk(dir, place, url, conns, d, script(c.load, path, nonce, dupID, c.keys))
 	}
 	if c.load == duplicateJSON {
 		// The first copy, alone: every copy wrk sends is then a duplicate
@@ -122,6 +122,18 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	// Warm up: connections, pools, the heap.
 	if _, err := wrkRun(b.opts.conns, b.opts.warmup, nonce()); err != nil {
 		return res, err
+	}
+	upBase := "http://" + upAddr
+	if c.keys > 0 {
+		// The warm-up's backlog delivered, the app held: the queue then
+		// holds what the measurement adds, and nothing of it is delivered
+		// before the app is let go (backlogRun).
+		if _, _, err := drain(ctx, countURL, t.queued); err != nil {
+			return res, err
+		}
+		if err := setGate(upBase, true); err != nil {
+			return res, err
+		}
 	}
 	before, err := usages(t.proc.measured(), t.storeProc, up.measured())
 	if err != nil {
@@ -149,14 +161,18 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 		res.UpstreamCPU = after[2].cpu - before[2].cpu
 	}
 	res.Delivered = appAfter.Requests - appBefore.Requests
-	if c.queues() && !c.slow {
+	if c.keys > 0 {
+		if res.Backlog, err = backlogRun(ctx, upBase, countURL, t.queued); err != nil {
+			return res, err
+		}
+	} else if c.queues() && !c.slow {
 		// The 32-connection run leaves a backlog that the workers deliver
 		// afterwards: measured during it, the one-connection latency would
 		// be that of a busy core, not of the accept path. (Behind the slow
 		// app the backlog would take minutes to deliver, at
 		// DELIVERY_CONCURRENCY per 200 ms, but its deliveries mostly wait:
 		// they leave the core to the accept path.)
-		if res.Drained, err = drain(ctx, countURL, t.queued); err != nil {
+		if res.Drained, _, err = drain(ctx, countURL, t.queued); err != nil {
 			return res, err
 		}
 	}
@@ -204,8 +220,28 @@ func (b *bench) pace(ctx context.Context, url, countURL string, rate float64, qu
 	if err != nil {
 		return nil, err
 	}
-	p.Drained, err = drain(ctx, countURL, queued)
+	p.Drained, _, err = drain(ctx, countURL, queued)
 	return &p, err
+}
+
+// backlogRun lets the held app go and times the delivery of the backlog
+// queued behind it: the deliveries alone on the servers' core, with no
+// intake beside them.
+func backlogRun(ctx context.Context, upBase, countURL string, queued func() (int64, error)) (*backlogResult, error) {
+	held, err := countApp(countURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := setGate(upBase, false); err != nil {
+		return nil, err
+	}
+	var r backlogResult
+	var got int64
+	if r.Drained, got, err = drain(ctx, countURL, queued); err != nil {
+		return nil, err
+	}
+	r.Events = got - held.Requests
+	return &r, nil
 }
 
 // slowAppDelay is how long the slow app takes per request.

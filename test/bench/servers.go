@@ -37,9 +37,17 @@ func runUpstream(args []string) error {
 	if *ids {
 		c.ids = map[string]int64{}
 	}
+	var g gate
 	return serve(*listen, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == countPath {
+		switch r.URL.Path {
+		case countPath:
 			c.serve(w, r)
+			return
+		case gatePath:
+			g.serve(w, r)
+			return
+		}
+		if !g.pass(r) {
 			return
 		}
 		if err := c.read(r); err != nil {
@@ -61,6 +69,58 @@ func runUpstream(args []string) error {
 
 // countPath is where the upstream answers its appCount.
 const countPath = "/_bench/count"
+
+// gatePath is where the upstream is held and let go: POST ?hold=1 makes
+// every request wait (uncounted) until POST ?hold=0.
+const gatePath = "/_bench/gate"
+
+// gate holds the upstream's requests while closed: the backlog rows fill
+// an async proxy's queue behind it, then time the queue's delivery alone.
+// Its zero value is open.
+type gate struct {
+	held atomic.Pointer[chan struct{}] // nil: open; closed when let go
+}
+
+// pass waits while the gate is held; false if r was given up meanwhile.
+func (g *gate) pass(r *http.Request) bool {
+	ch := g.held.Load()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-*ch:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+func (g *gate) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("hold") == "1" {
+		ch := make(chan struct{})
+		g.held.Store(&ch)
+	} else if ch := g.held.Swap(nil); ch != nil {
+		close(*ch)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// setGate holds the upstream at base (hold) or lets it go.
+func setGate(base string, hold bool) error {
+	v := "0"
+	if hold {
+		v = "1"
+	}
+	resp, err := http.Post(base+gatePath+"?hold="+v, "text/plain", nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("POST %s: %s", gatePath, resp.Status)
+	}
+	return nil
+}
 
 // appCount is what the upstream has received.
 type appCount struct {

@@ -61,9 +61,13 @@ func (b *bench) startNginx(dir, upAddr string, env []string, start startFunc) (t
 // in front of the upstream; what stops the store goes on stops.
 func (b *bench) startDedup(c config, dir, upAddr string, baseEnv []string, start startFunc, stops *[]func()) (target, error) {
 	var t target
+	stripe := "/stripe=stripe"
+	if c.ordered {
+		stripe += ";" + orderOption
+	}
 	env := append(baseEnv,
 		"UPSTREAM_URL=http://"+upAddr,
-		"ROUTES=/stripe=stripe,/github=github",
+		"ROUTES="+stripe+",/github=github",
 		"LOG_LEVEL="+c.logLevel,
 		"LOG_FORMAT=json",
 	)

@@ -72,15 +72,30 @@ const githubBody = `{"ref":"refs/heads/main","before":"6113728f27ae82c7b1a177c8d
 	`"author":{"name":"Codertocat","email":"21031067+Codertocat@users.noreply.github.com","username":"Codertocat"},` +
 	`"added":[],"removed":[],"modified":["README.md"]}],"head_commit":null}`
 
+// stripeCustomer is the customer stripeTail names: keyed loads name
+// another of the same length in its place.
+const stripeCustomer = "cus_QabcdefGhijkl"
+
 // script is a wrk Lua script. A fresh nonce per wrk run keeps unique IDs
 // unique across runs against the same proxy; dupID is the one ID of the
-// duplicate load, the same for every run of one configuration.
-func script(l load, path, nonce, dupID string) string {
+// duplicate load, the same for every run of one configuration. With keys
+// (uniqueJSON only), request n names customer n mod keys.
+func script(l load, path, nonce, dupID string, keys int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "local path = %q\nlocal nonce = %q\n", path, nonce)
 	fmt.Fprintf(&b, "local head = %q\nlocal tail = %q\nlocal github = %q\n", stripeHead, stripeTail, githubBody)
-	switch l {
-	case duplicateJSON:
+	switch {
+	case keys > 0 && l == uniqueJSON:
+		before, after, _ := strings.Cut(stripeTail, stripeCustomer)
+		fmt.Fprintf(&b, `local n = 0
+local headers = {["Content-Type"] = "application/json", ["User-Agent"] = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"}
+local before, after, keys = %q, %q, %d
+request = function()
+  n = n + 1
+  return wrk.format("POST", path, headers, head .. "evt_" .. nonce .. "_" .. n .. before .. string.format("cus_K%%012d", n %% keys) .. after)
+end
+`, before, after, keys)
+	case l == duplicateJSON:
 		// A static request: wrk builds it once.
 		fmt.Fprintf(&b, `wrk.method = "POST"
 wrk.path = path
@@ -88,7 +103,7 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.headers["User-Agent"] = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
 wrk.body = head .. %q .. tail
 `, dupID)
-	case uniqueJSON:
+	case l == uniqueJSON:
 		b.WriteString(`local n = 0
 local headers = {["Content-Type"] = "application/json", ["User-Agent"] = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"}
 request = function()
@@ -96,7 +111,7 @@ request = function()
   return wrk.format("POST", path, headers, head .. "evt_" .. nonce .. "_" .. n .. tail)
 end
 `)
-	case thriceJSON:
+	case l == thriceJSON:
 		// Request n (from 0) carries copy n/spread%3 of event
 		// n/(3*spread)*spread + n%spread.
 		fmt.Fprintf(&b, `local n = 0
@@ -108,7 +123,7 @@ request = function()
   return wrk.format("POST", path, headers, head .. "evt_" .. nonce .. "_" .. id .. tail)
 end
 `, copySpread)
-	case uniqueHeader:
+	case l == uniqueHeader:
 		b.WriteString(`local n = 0
 local headers = {["Content-Type"] = "application/json", ["User-Agent"] = "GitHub-Hookshot/044aadd",
   ["X-GitHub-Event"] = "push", ["X-GitHub-Hook-ID"] = "292430182"}
