@@ -64,8 +64,9 @@ type Config struct {
 	Queue Queue
 	// Stats is the queue's stats for the overview. If nil, not shown.
 	Stats Stats
-	// Gatherer is read for the requests and deliveries per route. If nil,
-	// not shown.
+	// Gatherer is read for the requests and deliveries per route (kept
+	// over the last minutes, see Run), and whether each is paused. If
+	// nil, not shown.
 	Gatherer prometheus.Gatherer
 	// Routes are the configured routes, in their order.
 	Routes []Route
@@ -94,6 +95,8 @@ type Console struct {
 	sessions sessions
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
+	// window keeps the counters of the last minutes (overview.go).
+	window window
 	// guard refuses the cross-site writes (Sec-Fetch-Site, else Origin
 	// against Host): with the SameSite=Strict cookie, what keeps another
 	// site from posting the operator's forms.
@@ -109,6 +112,9 @@ func New(cfg Config) *Console {
 		cfg.Now = time.Now
 	}
 	c := &Console{cfg: cfg, sessions: newSessions(cfg.Token, cfg.Now), pages: parsePages(), mux: http.NewServeMux(), guard: http.NewCrossOriginProtection()}
+	if s, _, err := c.read(); err == nil {
+		c.window.add(s) // the window's first base: the counters at start
+	}
 	c.guard.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusForbidden, "Refused: a write from another site (or an unknown origin). Use the console's own pages.")
 	}))
