@@ -322,7 +322,10 @@ func deadLetterWith(t *testing.T, st *diskstore.Store, key string, req dedup.Req
 	}
 	for i := 1; i <= n; i++ {
 		d := storetest.TakeOne(t, st, storetest.Lease)
-		d.Began, d.Took = time.Now(), time.Duration(i)*time.Millisecond
+		// An attempt that ended now: a store may time its outcome from
+		// when the attempt ended.
+		d.Took = time.Duration(i) * time.Millisecond
+		d.Began = time.Now().Add(-d.Took)
 		var err error
 		if i < n {
 			err = st.Retry(ctx, d, time.Now(), 500, "the app answered 500")

@@ -44,11 +44,15 @@ func (f *fixture) listed(t *testing.T, path string) []string {
 	return out
 }
 
-// afterNow returns once the clock has passed the moment it was called,
-// to the millisecond the stores keep, and that moment.
-func afterNow() time.Time {
-	at := time.Now()
-	for time.Now().Truncate(time.Millisecond).Sub(at.Truncate(time.Millisecond)) < 2*time.Millisecond {
+// msBoundary returns a millisecond (the stores' precision) that began
+// after every earlier time, once the clock has passed it: what fails
+// before the call is before it, what fails after is at or after it.
+func msBoundary() time.Time {
+	last := time.Now().Truncate(time.Millisecond)
+	for !time.Now().Truncate(time.Millisecond).After(last) {
+	}
+	at := time.Now().Truncate(time.Millisecond)
+	for !time.Now().Truncate(time.Millisecond).After(at) {
 	}
 	return at
 }
@@ -62,7 +66,7 @@ func TestDeadLettersPageFilters(t *testing.T) {
 	req := storetest.Request
 	storetest.DeadLetter(t, f.st, prefix+"github:g-old")
 	deadLetterWith(t, f.st, prefix+"/hooks/acme:a-old", req, 1) // no answer
-	t1 := afterNow()
+	t1 := msBoundary()
 	storetest.DeadLetter(t, f.st, prefix+"github:g-new", prefix+"/hooks/acme:a-new")
 	deadLetterWith(t, f.st, prefix+"github:g-none", req, 1)
 	after := t1.UTC().Format(time.RFC3339Nano)

@@ -30,8 +30,13 @@ func TestDeadLettersFilteredByServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.DeadLetter(t, st, "wd:stripe:old")
-	mid := time.Now()
-	for time.Since(mid) < 2*time.Millisecond { // past the stores' millisecond
+	// A millisecond (the stores' precision) after the first failure's,
+	// and before the others'.
+	last := time.Now().Truncate(time.Millisecond)
+	for !time.Now().Truncate(time.Millisecond).After(last) {
+	}
+	mid := time.Now().Truncate(time.Millisecond)
+	for !time.Now().Truncate(time.Millisecond).After(mid) {
 	}
 	storetest.DeadLetter(t, st, "wd:stripe:a", "wd:stripe:b", "wd:stripe:c", "wd:github:d", "wd:/hooks/a:b:c")
 
