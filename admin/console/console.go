@@ -173,6 +173,7 @@ func parsePages() map[string]*template.Template {
 		"ref":        ref,
 		"ago":        ago,
 		"formTime":   formTime,
+		"took":       took,
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html"))
 	pages := map[string]*template.Template{}

@@ -155,6 +155,15 @@ func showBody(body []byte) (text string, cut int, note string) {
 	return string(shown), cut, note
 }
 
+// took is an attempt's duration as the stores keep it, to the
+// millisecond: "<1ms" below.
+func took(d time.Duration) string {
+	if d < time.Millisecond {
+		return "<1ms"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
 // ago is d as a person reads it: 3s, 4m10s, 2h5m.
 func ago(d time.Duration) string {
 	switch {
