@@ -210,6 +210,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}
 
+	var deadCell, failedCell string
+	br.run(t, "the overview",
+		chromedp.Navigate(ui),
+		chromedp.Text(`tr[data-route="/hooks/acme"] td.dead`, &deadCell, chromedp.ByQuery),
+		chromedp.Text(`tr[data-route="/hooks/acme"] td.failed`, &failedCell, chromedp.ByQuery),
+	)
+	if deadCell != "5" || failedCell != "5" {
+		t.Errorf("the overview's /hooks/acme row: %s dead letters, %s failed attempts; want 5 and 5", deadCell, failedCell)
+	}
+
 	filter := func(what, namespace, status string) map[string]string {
 		t.Helper()
 		br.run(t, what,
