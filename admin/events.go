@@ -76,8 +76,11 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	out := EventPage{Events: make([]Event, 0, len(page.Events)), NextCursor: page.Next}
+	// Split against the namespace asked for, if any: a route's path (a
+	// generic route's namespace) may hold ':'.
+	asked := r.URL.Query().Get("namespace")
 	for _, ev := range page.Events {
-		ns, id := dedup.SplitEventKey(s.cfg.KeyPrefix, "", ev.Key)
+		ns, id := dedup.SplitEventKey(s.cfg.KeyPrefix, asked, ev.Key)
 		e := NewEvent(ns, id, ev.Record, now)
 		if !ev.AcceptedAt.IsZero() {
 			e.AcceptedAt = ev.AcceptedAt.UTC().Format(rfc3339ms)

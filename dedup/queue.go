@@ -21,6 +21,10 @@ var (
 	// and nothing queued. The key was free: a duplicate is answered as
 	// one, full or not.
 	ErrQueueFull = errors.New("dedup: the queue is full")
+	// ErrNoRequest means Request found the event's record but no request
+	// kept with it: a completed event (its request goes when it is
+	// delivered), or a sync route's record (never queued).
+	ErrNoRequest = errors.New("dedup: no request kept for this event")
 )
 
 // Request is a webhook request kept for background delivery: everything
@@ -231,6 +235,12 @@ type Operator interface {
 	// in its state is neither repeated nor skipped from page to page.
 	// ErrBadCursor if q.Cursor is not one a page of q.State returned.
 	Events(ctx context.Context, q EventQuery) (EventPage, error)
+	// Request returns the request an event was queued with, as Take would
+	// hand it out (without its OrderKey), for an operator to read: kept
+	// while the event is queued, being delivered or dead-lettered.
+	// ErrNotFound if there is no record for key (or it expired),
+	// ErrNoRequest if the record keeps none (completed, or a sync route's).
+	Request(ctx context.Context, key string) (Request, error)
 }
 
 // Queue is the async delivery queue a durable store keeps beside its

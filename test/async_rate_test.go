@@ -16,8 +16,8 @@ func rateRoutes(options string) string {
 	return acme.Path + "=" + acme.Source + ";async" + options + "," + jsonPath.Path + "=" + jsonPath.Source + ";async"
 }
 
-// arrivals is every attempt the app saw, in time order.
-func (a *scriptedApp) arrivals() []time.Time {
+// arrivalTimes is every attempt the app saw, in time order.
+func (a *scriptedApp) arrivalTimes() []time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var all []time.Time
@@ -90,7 +90,7 @@ func TestAsyncRouteRate(t *testing.T) {
 				}
 				return nil
 			})
-			all := app.arrivals()
+			all := app.arrivalTimes()
 			if len(all) != attempts {
 				t.Errorf("%d attempts, want %d", len(all), attempts)
 			}

@@ -1,13 +1,16 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,6 +210,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}
 
+	var deadCell, failedCell string
+	br.run(t, "the overview",
+		chromedp.Navigate(ui),
+		chromedp.Text(`tr[data-route="/hooks/acme"] td.dead`, &deadCell, chromedp.ByQuery),
+		chromedp.Text(`tr[data-route="/hooks/acme"] td.failed`, &failedCell, chromedp.ByQuery),
+	)
+	if deadCell != "5" || failedCell != "5" {
+		t.Errorf("the overview's /hooks/acme row: %s dead letters, %s failed attempts; want 5 and 5", deadCell, failedCell)
+	}
+
 	filter := func(what, namespace, status string) map[string]string {
 		t.Helper()
 		br.run(t, what,
@@ -302,6 +315,36 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("%s after a cross-site retry: %+v, want it still dead-lettered", kept, ev)
 	}
 
+	// A dead letter's page: its attempts from the history, its request's
+	// headers (the signature masked) and its JSON body indented.
+	gh := github.Event(0)
+	var headers [][2]string
+	var body, attemptRows string
+	br.run(t, "github's dead letter's page",
+		chromedp.Navigate(ui+"event?namespace=github&id="+url.QueryEscape(gh.ID)),
+		chromedp.WaitVisible(`#headers`, chromedp.ByID),
+		chromedp.Evaluate(`[...document.querySelectorAll("#headers tbody tr")].map(r => [r.cells[0].textContent, r.cells[1].textContent])`, &headers),
+		chromedp.Text(`#body`, &body, chromedp.ByID),
+		chromedp.Text(`#attempts tbody`, &attemptRows, chromedp.ByQuery),
+	)
+	shown := map[string]string{}
+	for _, h := range headers {
+		shown[h[0]] = h[1]
+	}
+	if shown["X-Hub-Signature-256"] != "•••••• (masked)" || shown["X-Github-Delivery"] != gh.ID {
+		t.Errorf("the headers shown: %v; want X-Hub-Signature-256 masked, X-Github-Delivery %s", shown, gh.ID)
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, gh.Body, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if body != pretty.String() {
+		t.Errorf("the body shown:\n%s\nwant it indented:\n%s", body, pretty.String())
+	}
+	if !regexp.MustCompile(`^\s*1\s+\d{4}-\d\d-\d\d [0-9:.]+\s+(<1ms|[0-9.]+m?s)\s+500\s+the app answered 500\s*$`).MatchString(attemptRows) {
+		t.Errorf("the attempts listed: %q; want one, numbered, timed, 500 and why", attemptRows)
+	}
+
 	filter("github's", "github", "")
 	br.run(t, "retry all matching",
 		press(`//button[normalize-space()="Retry all matching"]`),
@@ -314,7 +357,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("%s after retrying all of github's: %+v, want it still dead-lettered (not matched)", kept, ev)
 	}
 
-	var attempts, status string
+	var attempts, status, note string
 	var retryButtons []map[string]string
 	br.run(t, "a dead letter's page",
 		chromedp.Navigate(ui+"event"),
@@ -325,9 +368,26 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Text(`#event-attempts`, &attempts, chromedp.ByID),
 		chromedp.Text(`#attempts tbody`, &status, chromedp.ByQuery),
 		chromedp.AttributesAll(`//section[@data-event-id]//button[normalize-space()="Retry"]`, &retryButtons, chromedp.BySearch),
+		chromedp.Evaluate(`[...document.querySelectorAll("#headers tbody tr")].map(r => [r.cells[0].textContent, r.cells[1].textContent])`, &headers),
+		chromedp.Text(`//h3[normalize-space(text())="Body"]/span`, &note, chromedp.BySearch),
 	)
+	shown = map[string]string{}
+	for _, h := range headers {
+		shown[h[0]] = h[1]
+	}
+	if shown["X-Acme-Signature"] != "•••••• (masked)" || shown["X-Acme-Event-Id"] != kept || !strings.Contains(note, "not text") {
+		t.Errorf("the page of %s: headers %v, body %q; want X-Acme-Signature masked, its body (not text) not shown", kept, shown, note)
+	}
 	if state != "failed" || attempts != "1" || !strings.Contains(status, "500") || len(retryButtons) != 1 {
 		t.Errorf("the page of %s: state %q, attempts %q, attempts table %q, %d Retry buttons; want failed, 1, 500, one", kept, state, attempts, status, len(retryButtons))
+	}
+
+	br.run(t, "a delivered event's page",
+		chromedp.Navigate(ui+"event?namespace=github&id="+url.QueryEscape(gh.ID)),
+		chromedp.Text(`#request-note`, &note, chromedp.ByID),
+	)
+	if !strings.Contains(note, "not kept once delivered") {
+		t.Errorf("the delivered event's page says %q about its request, want that it is not kept", note)
 	}
 
 	var selectAll bool

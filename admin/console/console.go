@@ -26,42 +26,19 @@ type Records interface {
 }
 
 // Queue is what the console needs of the async queue (dedup.Operator):
-// the dead letters, and retrying them.
+// the dead letters listed (Events), retried in bulk (DeadLetters and
+// Requeue, the bulk retry's code), and an event's request (Request).
 type Queue interface {
+	Events(ctx context.Context, q dedup.EventQuery) (dedup.EventPage, error)
 	DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error)
 	Requeue(ctx context.Context, key string) error
+	Request(ctx context.Context, key string) (dedup.Request, error)
 }
 
 // Stats is where the overview reads the queue's depth, oldest age and
 // dead letters (delivery.Backlog keeps them as last read, cheaply).
 type Stats interface {
 	Stats(ctx context.Context) (dedup.QueueStats, error)
-}
-
-// Details is where the event page reads what the record alone does not
-// hold: the attempts' history and the request as queued.
-type Details interface {
-	// EventDetail returns what is known of the event beyond its record.
-	// dedup.ErrNotFound when there is nothing.
-	EventDetail(ctx context.Context, namespace, id string) (Detail, error)
-}
-
-// Detail is an event's history and request, for its page.
-type Detail struct {
-	// Attempts are the last attempts, oldest first (at most 10 are kept).
-	Attempts []Attempt
-	// Request is the request as queued; nil when the store keeps none
-	// (completed events, sync routes).
-	Request *dedup.Request
-}
-
-// Attempt is one delivery attempt as the event page lists it.
-type Attempt struct {
-	At       time.Time
-	Duration time.Duration
-	// Status is the app's answer; 0 when none came (Error says why).
-	Status int
-	Error  string
 }
 
 // Route is a route as the overview shows it.
@@ -87,12 +64,9 @@ type Config struct {
 	Queue Queue
 	// Stats is the queue's stats for the overview. If nil, not shown.
 	Stats Stats
-	// Details adds the attempts' history and the queued request to the
-	// event page. If nil, the page shows what the record holds: the last
-	// attempt, and no headers or body.
-	Details Details
-	// Gatherer is read for the requests and deliveries per route. If nil,
-	// not shown.
+	// Gatherer is read for the requests and deliveries per route (kept
+	// over the last minutes, see Run), and whether each is paused. If
+	// nil, not shown.
 	Gatherer prometheus.Gatherer
 	// Routes are the configured routes, in their order.
 	Routes []Route
@@ -121,6 +95,8 @@ type Console struct {
 	sessions sessions
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
+	// window keeps the counters of the last minutes (overview.go).
+	window window
 	// guard refuses the cross-site writes (Sec-Fetch-Site, else Origin
 	// against Host): with the SameSite=Strict cookie, what keeps another
 	// site from posting the operator's forms.
@@ -136,6 +112,9 @@ func New(cfg Config) *Console {
 		cfg.Now = time.Now
 	}
 	c := &Console{cfg: cfg, sessions: newSessions(cfg.Token, cfg.Now), pages: parsePages(), mux: http.NewServeMux(), guard: http.NewCrossOriginProtection()}
+	if s, _, err := c.read(); err == nil {
+		c.window.add(s) // the window's first base: the counters at start
+	}
 	c.guard.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusForbidden, "Refused: a write from another site (or an unknown origin). Use the console's own pages.")
 	}))
@@ -193,6 +172,8 @@ func parsePages() map[string]*template.Template {
 		"pathEscape": pathEscape,
 		"ref":        ref,
 		"ago":        ago,
+		"formTime":   formTime,
+		"took":       took,
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html"))
 	pages := map[string]*template.Template{}

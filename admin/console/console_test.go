@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -309,12 +311,31 @@ func TestConsoleCrossSiteWriteRefused(t *testing.T) {
 	})
 }
 
-// details is the event page's history and request, as a store's event
-// listing would give them.
-type details struct{ d console.Detail }
-
-func (d details) EventDetail(context.Context, string, string) (console.Detail, error) {
-	return d.d, nil
+// deadLetterWith queues req under key and dead-letters it after n timed
+// attempts, each answered 500 but the last, which got no answer: as a
+// worker would, each attempt kept in the event's history.
+func deadLetterWith(t *testing.T, st *diskstore.Store, key string, req dedup.Request, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if won, _, err := st.Enqueue(ctx, key, req, 0); err != nil || !won {
+		t.Fatalf("Enqueue %s = %v, %v", key, won, err)
+	}
+	for i := 1; i <= n; i++ {
+		d := storetest.TakeOne(t, st, storetest.Lease)
+		// An attempt that ended now: a store may time its outcome from
+		// when the attempt ended.
+		d.Took = time.Duration(i) * time.Millisecond
+		d.Began = time.Now().Add(-d.Took)
+		var err error
+		if i < n {
+			err = st.Retry(ctx, d, time.Now(), 500, "the app answered 500")
+		} else {
+			err = st.Fail(ctx, d, 0, "connection refused", storetest.Keep)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestEventPageMasksAndCuts: the event page masks every header that
@@ -336,10 +357,8 @@ func TestEventPageMasksAndCuts(t *testing.T) {
 		{"a body that is not text", nil, "\x00\xff\xfe", []string{"not text: not shown"}, []string{"\xff"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, token, func(c *console.Config) {
-				c.Details = details{console.Detail{Request: &dedup.Request{Header: tc.header, Body: []byte(tc.body)}}}
-			})
-			storetest.DeadLetter(t, f.st, prefix+"github:e1")
+			f := newFixture(t, token)
+			deadLetterWith(t, f.st, prefix+"github:e1", dedup.Request{Method: "POST", RequestURI: "/hooks/github", Header: tc.header, Body: []byte(tc.body)}, 1)
 			r := f.do(t, http.MethodGet, "/ui/event?namespace=github&id=e1", nil, map[string]string{"Authorization": "Bearer " + token})
 			if r.status != http.StatusOK {
 				t.Fatalf("%d, want 200", r.status)
@@ -355,5 +374,50 @@ func TestEventPageMasksAndCuts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEventPageAttempts: the event page lists the attempts the store's
+// history keeps (the last 10 of 12, oldest first, each with its time,
+// duration and status or error), and says why it shows no request for an
+// event that keeps none.
+func TestEventPageAttempts(t *testing.T) {
+	f := newFixture(t, token)
+	ctx := context.Background()
+	deadLetterWith(t, f.st, prefix+"github:many", storetest.Request, 12)
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	r := f.do(t, http.MethodGet, "/ui/event?namespace=github&id=many", nil, bearer)
+	rows := regexp.MustCompile(`<tr><td>(\d+)</td><td>[0-9-]+ [0-9:.]+</td><td>(\d+ms)</td><td>(\w+)</td>`).FindAllStringSubmatch(r.body, -1)
+	if len(rows) != 10 {
+		t.Fatalf("%d attempts listed, want the last 10 kept:\n%s", len(rows), r.body)
+	}
+	for i, row := range rows {
+		n := i + 3
+		want := []string{strconv.Itoa(n), strconv.Itoa(n) + "ms", "500"}
+		if n == 12 {
+			want[2] = "none"
+		}
+		if !slices.Equal(row[1:], want) {
+			t.Errorf("attempt row %d = %v, want %v", i, row[1:], want)
+		}
+	}
+	if !strings.Contains(r.body, "connection refused") {
+		t.Errorf("the last attempt's error is not shown")
+	}
+
+	// Completed, and a sync route's record: no request kept, and why.
+	storetest.MustEnqueue(t, f.st, prefix+"github:done")
+	if err := f.st.Succeed(ctx, storetest.TakeOne(t, f.st, storetest.Lease), storetest.Replayed, storetest.Keep); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := storetest.MustClaim(t, f.st, prefix+"github:sync", storetest.Lease)
+	if err := f.st.Complete(ctx, c, storetest.Replayed, storetest.Keep); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"done": "Completed: its request is not kept once delivered.", "sync": "A sync route&#39;s record: its request is forwarded, never kept."} {
+		r := f.do(t, http.MethodGet, "/ui/event?namespace=github&id="+id, nil, bearer)
+		if !strings.Contains(r.body, `<p id="request-note">`+want+`</p>`) {
+			t.Errorf("%s: the page does not say %q:\n%s", id, want, r.body)
+		}
 	}
 }

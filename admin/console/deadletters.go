@@ -17,12 +17,13 @@ import (
 )
 
 // Listing bounds: rows a page shows by default and at most, and how many
-// dead letters one page may read from the store looking for rows that
-// match the filter (past that, it shows what it found and a link to go on).
+// store pages one console page may read looking for rows of the last
+// status asked (the store filters on the rest; past that, the page shows
+// what it found and a link to go on).
 const (
 	defaultRows = 50
 	maxRows     = 500
-	maxScan     = 20000
+	maxReads    = 20
 	// maxForm bounds a posted form: a page's worth of selected events.
 	maxForm = 1 << 20
 )
@@ -46,8 +47,20 @@ type filter struct {
 }
 
 // timeLayouts are what the time fields take: datetime-local's (read as
-// UTC, as the page labels it) and RFC 3339.
+// UTC, as the page labels it; a fraction of a second after the seconds
+// is read too) and RFC 3339.
 var timeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339}
+
+// formTime is t as the time fields and the page's links write it: in
+// UTC, to the nanosecond asked for (a second's fraction only if any), so
+// that the next page and "Retry all matching" keep the same bounds;
+// empty if zero.
+func formTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.999999999")
+}
 
 func parseTime(name, v string) (time.Time, error) {
 	if v == "" {
@@ -105,61 +118,40 @@ func (f filter) query() url.Values {
 	}
 	set("namespace", f.Namespace)
 	set("status", f.Status)
-	if !f.After.IsZero() {
-		q.Set("failed_after", f.After.UTC().Format(timeLayouts[1]))
-	}
-	if !f.Before.IsZero() {
-		q.Set("failed_before", f.Before.UTC().Format(timeLayouts[1]))
-	}
+	set("failed_after", formTime(f.After))
+	set("failed_before", formTime(f.Before))
 	return q
 }
 
-// filtered is the queue with only the dead letters f chooses, so that
-// admin.ListDeadLetters and admin.RetryDeadLetters (the API's own code)
-// list and retry what the page shows. Asked for limit, it reads limit
-// from the store and returns those that match, with the store's cursor:
-// a short page is not the last, an empty cursor is.
-type filtered struct {
+// byStatus is the queue with only the dead letters of one last status,
+// so that admin.RetryDeadLetters (the API's own code) retries what the
+// page shows: the store's listing filters on namespace and time, not on
+// status. Asked for limit, it reads limit from the store and returns those
+// that match, with the store's cursor: a short page is not the last, an
+// empty cursor is.
+type byStatus struct {
 	Queue
-	f      filter
 	status func(int) bool
-	prefix string
-	// read counts the dead letters read from the store.
-	read int
 }
 
-func newFiltered(q Queue, f filter, prefix string) *filtered {
-	status, _ := statusMatcher(f.Status)
-	return &filtered{Queue: q, f: f, status: status, prefix: prefix}
-}
-
-func (q *filtered) DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error) {
+func (q byStatus) DeadLetters(ctx context.Context, cursor string, limit int) ([]dedup.DeadLetter, string, error) {
 	dls, next, err := q.Queue.DeadLetters(ctx, cursor, limit)
-	q.read += len(dls)
 	kept := dls[:0:0]
 	for _, dl := range dls {
-		if q.selects(dl) {
+		if q.status(dl.LastStatus) {
 			kept = append(kept, dl)
 		}
 	}
 	return kept, next, err
 }
 
-func (q *filtered) selects(dl dedup.DeadLetter) bool {
-	if q.f.Namespace != "" {
-		// Against the namespace asked for, not the key split at its first
-		// ':', which a route path may hold.
-		if ns, _ := dedup.SplitEventKey(q.prefix, q.f.Namespace, dl.Key); ns != q.f.Namespace {
-			return false
-		}
+// eventQuery is f as the store's listing of dead letters takes it.
+func (f filter) eventQuery(prefix, cursor string, limit int) dedup.EventQuery {
+	q := dedup.EventQuery{State: dedup.Failed, Since: f.After, Until: f.Before, Cursor: cursor, Limit: limit}
+	if f.Namespace != "" {
+		q.KeyPrefix = dedup.EventKey(prefix, f.Namespace, "")
 	}
-	if !q.f.After.IsZero() && dl.FailedAt.Before(q.f.After) {
-		return false
-	}
-	if !q.f.Before.IsZero() && !dl.FailedAt.Before(q.f.Before) {
-		return false
-	}
-	return q.status(dl.LastStatus)
+	return q
 }
 
 type deadLettersData struct {
@@ -172,8 +164,9 @@ type deadLettersData struct {
 	Next string
 	// First is the URL of the first page, when this is not it.
 	First string
-	// Scanned is set when the page stopped reading at maxScan.
-	Scanned int
+	// Stopped is set when the page stopped reading at maxReads store
+	// pages, short of its rows.
+	Stopped bool
 	// Here is this page's URL, where an action returns to.
 	Here string
 }
@@ -208,9 +201,13 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	cursor := q.Get("cursor")
-	fq := newFiltered(c.cfg.Queue, f, c.cfg.KeyPrefix)
-	for {
-		pg, err := admin.ListDeadLetters(r.Context(), fq, c.cfg.KeyPrefix, cursor, rows-len(d.Rows))
+	status, _ := statusMatcher(f.Status)
+	for reads := 0; ; reads++ {
+		if reads == maxReads {
+			d.Stopped = true
+			break
+		}
+		pg, err := c.cfg.Queue.Events(r.Context(), f.eventQuery(c.cfg.KeyPrefix, cursor, rows-len(d.Rows)))
 		switch {
 		case errors.Is(err, dedup.ErrBadCursor):
 			c.fail(w, r, http.StatusBadRequest, "This page's cursor is not one the store gave: start from the first page.")
@@ -219,13 +216,12 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, http.StatusServiceUnavailable, "The store did not answer: "+err.Error())
 			return
 		}
-		d.Rows = append(d.Rows, pg.DeadLetters...)
-		cursor = pg.NextCursor
-		if cursor == "" || len(d.Rows) >= rows {
-			break
+		for _, ev := range pg.Events {
+			if dl := c.deadLetter(f.Namespace, ev); status(dl.LastStatus) {
+				d.Rows = append(d.Rows, dl)
+			}
 		}
-		if fq.read >= maxScan {
-			d.Scanned = fq.read
+		if cursor = pg.Next; cursor == "" || len(d.Rows) >= rows {
 			break
 		}
 	}
@@ -239,6 +235,15 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 		d.First = "/ui/dead-letters?" + f.query().Encode()
 	}
 	c.render(w, r, http.StatusOK, "deadletters", p)
+}
+
+// deadLetter is ev as the dead-letter page lists it, its key split
+// against the namespace asked for (a route path may hold a ':').
+func (c *Console) deadLetter(namespace string, ev dedup.Event) admin.DeadLetter {
+	ns, id := dedup.SplitEventKey(c.cfg.KeyPrefix, namespace, ev.Key)
+	del := ev.Record.Delivery
+	return admin.DeadLetter{Namespace: ns, ID: id, Attempts: del.Attempts, LastStatus: del.LastStatus, LastError: del.LastError,
+		FailedAt: ev.Record.Since.UTC().Format(time.RFC3339)}
 }
 
 // notice is the message an action's redirect carries back to the page.
@@ -362,13 +367,14 @@ func (c *Console) retryAll(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	// The filter is applied by filtered; Before also bounds the
-	// selection so that a dead letter failing again meanwhile is not
-	// retried twice by one press (zero: the moment it began).
-	sel := admin.RetrySelection{FailedBefore: f.Before}
+	// The bulk retry selects by namespace and time, byStatus by status.
+	// Before (zero: the moment it began) keeps a dead letter failing
+	// again meanwhile from being retried twice by one press.
+	sel := admin.RetrySelection{Namespace: f.Namespace, FailedAfter: f.After, FailedBefore: f.Before}
+	status, _ := statusMatcher(f.Status)
 	ctx, cancel := context.WithTimeout(r.Context(), bulkBudget)
 	defer cancel()
-	res, err := admin.RetryDeadLetters(ctx, newFiltered(c.cfg.Queue, f, c.cfg.KeyPrefix), c.cfg.KeyPrefix, sel, "", maxBulk)
+	res, err := admin.RetryDeadLetters(ctx, byStatus{c.cfg.Queue, status}, c.cfg.KeyPrefix, sel, "", maxBulk)
 	if res.Requeued > 0 {
 		c.cfg.Logger.Info("dead letters queued again from the console", zap.Int("requeued", res.Requeued), zap.String("namespace", f.Namespace))
 	}

@@ -37,13 +37,16 @@ type eventData struct {
 	// Failed is whether it can be retried.
 	Failed      bool
 	NextAttempt string
-	Attempts    []Attempt
-	// HistoryKept says the attempts come from the store's history, not
-	// only the record's last attempt.
+	// Attempts are the last attempts, oldest first: the record's history
+	// (dedup.HistoryLen kept), or its last attempt alone for a record
+	// written before the history was kept (HistoryKept false).
+	Attempts    []dedup.Attempt
 	HistoryKept bool
 	Headers     []header
-	// RequestKept says whether the store gave the request (headers, body).
+	// RequestKept says whether the store gave the request (headers, body);
+	// RequestNote says why not.
 	RequestKept bool
+	RequestNote string
 	Body        string
 	// BodyCut counts the bytes past maxShownBody not shown.
 	BodyCut int
@@ -76,26 +79,39 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 	if d.Event.NextAttemptAt != "" {
 		d.NextAttempt = d.Event.NextAttemptAt + " (in " + ago(rec.Delivery.NextAttemptAt.Sub(now)) + ")"
 	}
-	if rec.Delivery.Attempts > 0 {
-		// The record keeps the last attempt's outcome, not its time.
-		d.Attempts = []Attempt{{Status: rec.Delivery.LastStatus, Error: rec.Delivery.LastError}}
+	switch h := rec.Delivery.History; {
+	case len(h) > 0:
+		d.Attempts, d.HistoryKept = h, true
+	case rec.Delivery.Attempts > 0:
+		// Recorded before the history was kept: the outcome, not its time.
+		d.Attempts = []dedup.Attempt{{Number: rec.Delivery.Attempts, Status: rec.Delivery.LastStatus, Error: rec.Delivery.LastError}}
 	}
-	if c.cfg.Details != nil {
-		det, err := c.cfg.Details.EventDetail(r.Context(), d.Namespace, d.ID)
-		switch {
-		case errors.Is(err, dedup.ErrNotFound):
-		case err != nil:
-			p.Error = "The attempts and the request could not be read: " + err.Error()
-		default:
-			d.Attempts, d.HistoryKept = det.Attempts, true
-			if det.Request != nil {
-				d.RequestKept = true
-				d.Headers = maskHeaders(det.Request.Header)
-				d.Body, d.BodyCut, d.BodyNote = showBody(det.Request.Body)
-			}
-		}
-	}
+	d.RequestNote = c.request(r, &d, rec)
 	c.render(w, r, http.StatusOK, "event", p)
+}
+
+// request fills in d's headers and body from the request the store keeps
+// for the event, or says why there is none.
+func (c *Console) request(r *http.Request, d *eventData, rec dedup.Record) string {
+	if c.cfg.Queue == nil {
+		return "No async route: requests are never kept, only forwarded."
+	}
+	req, err := c.cfg.Queue.Request(r.Context(), dedup.EventKey(c.cfg.KeyPrefix, d.Namespace, d.ID))
+	switch {
+	case errors.Is(err, dedup.ErrNoRequest) && rec.Delivery.Attempts > 0:
+		// Only an async event's record counts attempts.
+		return "Completed: its request is not kept once delivered."
+	case errors.Is(err, dedup.ErrNoRequest):
+		return "A sync route's record: its request is forwarded, never kept."
+	case errors.Is(err, dedup.ErrNotFound):
+		return "No longer kept: the event expired or was forgotten since."
+	case err != nil:
+		return "The request could not be read: " + err.Error()
+	}
+	d.RequestKept = true
+	d.Headers = maskHeaders(req.Header)
+	d.Body, d.BodyCut, d.BodyNote = showBody(req.Body)
+	return ""
 }
 
 // maskHeaders lists h sorted by name, secret values masked.
@@ -137,6 +153,15 @@ func showBody(body []byte) (text string, cut int, note string) {
 		cut, shown = len(shown)-end, shown[:end]
 	}
 	return string(shown), cut, note
+}
+
+// took is an attempt's duration as the stores keep it, to the
+// millisecond: "<1ms" below.
+func took(d time.Duration) string {
+	if d < time.Millisecond {
+		return "<1ms"
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 // ago is d as a person reads it: 3s, 4m10s, 2h5m.

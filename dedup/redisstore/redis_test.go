@@ -459,6 +459,10 @@ func (s prefixed) Events(ctx context.Context, q dedup.EventQuery) (dedup.EventPa
 	return page, err
 }
 
+func (s prefixed) Request(ctx context.Context, key string) (dedup.Request, error) {
+	return s.Store.Request(ctx, s.p+key)
+}
+
 // prefixes numbers the key prefixes of redisBackends' stores, so that no
 // two share one, whichever test and server they run on.
 var prefixes atomic.Int64

@@ -41,7 +41,7 @@ var Request = Requests[0]
 
 // queueTests is the queue conformance suite. Each case gets a store of its
 // own, so that take sees only the case's events.
-var queueTests = slices.Concat(enqueueCases, deliveryCases, operatorCases, edgeCases, orderCases, eventCases)
+var queueTests = slices.Concat(enqueueCases, deliveryCases, operatorCases, edgeCases, orderCases, eventCases, requestCases)
 
 // queueCase is one case of the queue conformance suite: run gets the
 // case's own store, and again reopens it on the same data.

@@ -199,3 +199,7 @@ func (q *queue) Stats(ctx context.Context) (dedup.QueueStats, error) {
 func (q *queue) Events(ctx context.Context, eq dedup.EventQuery) (dedup.EventPage, error) {
 	return q.next.Events(ctx, eq) // the admin API: never within a span
 }
+
+func (q *queue) Request(ctx context.Context, key string) (dedup.Request, error) {
+	return q.next.Request(ctx, key) // the console: never within a span
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/webhook-dedup/webhook-dedup/admin"
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/internal/app/serve"
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
@@ -125,30 +124,4 @@ func TestCommandLineMistakes(t *testing.T) {
 			t.Errorf("%q printed %q %q; want the error alone", tc.args, out.String(), errOut.String())
 		}
 	}
-}
-
-// TestDeadLetterFilterNamespace: --namespace names the dead letters of a
-// route whose path holds ':', which the listing splits at its first one.
-func TestDeadLetterFilterNamespace(t *testing.T) {
-	for _, tc := range []struct {
-		ns, id, filter string
-		keep           bool
-		wantNS, wantID string
-	}{
-		{"stripe", "evt_1", "", true, "stripe", "evt_1"},
-		{"stripe", "evt_1", "stripe", true, "stripe", "evt_1"},
-		{"stripe", "evt_1", "github", false, "", ""},
-		{"stripe", "evt_1", "strip", false, "", ""},
-		{"/hooks/a", "b:c", "/hooks/a:b", true, "/hooks/a:b", "c"},
-		{"/hooks/a", "b:c", "/hooks/a", true, "/hooks/a", "b:c"},
-	} {
-		dl, ok := deadLetterFilter{namespace: tc.filter}.keeps(adminDeadLetter(tc.ns, tc.id))
-		if ok != tc.keep || ok && (dl.Namespace != tc.wantNS || dl.ID != tc.wantID) {
-			t.Errorf("--namespace %q of %s %s: %v %s %s; want %v %s %s", tc.filter, tc.ns, tc.id, ok, dl.Namespace, dl.ID, tc.keep, tc.wantNS, tc.wantID)
-		}
-	}
-}
-
-func adminDeadLetter(ns, id string) admin.DeadLetter {
-	return admin.DeadLetter{Namespace: ns, ID: id, FailedAt: "2026-12-01T08:00:00Z"}
 }

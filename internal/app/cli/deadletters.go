@@ -33,24 +33,41 @@ type deadLetterFilter struct {
 	limit int
 }
 
-// keeps reports whether f chooses dl, and returns it named by f's
-// namespace: a listing splits a key at its first ':', which a route's
-// path may hold.
-func (f deadLetterFilter) keeps(dl admin.DeadLetter) (admin.DeadLetter, bool) {
+// query is f's page of at most limit dead letters from cursor, as
+// GET /v1/events takes it.
+func (f deadLetterFilter) query(cursor string, limit int) url.Values {
+	q := url.Values{"state": {"failed"}, "limit": {strconv.Itoa(limit)}}
 	if f.namespace != "" {
-		id, ok := strings.CutPrefix(dedup.EventKey("", dl.Namespace, dl.ID), f.namespace+":")
-		if !ok {
-			return dl, false
-		}
-		dl.Namespace, dl.ID = f.namespace, id
+		q.Set("namespace", f.namespace)
 	}
-	if !f.since.IsZero() || !f.until.IsZero() {
-		at, err := time.Parse(time.RFC3339, dl.FailedAt)
-		if err != nil || at.Before(f.since) || !f.until.IsZero() && !at.Before(f.until) {
-			return dl, false
-		}
+	if !f.since.IsZero() {
+		q.Set("since", f.since.UTC().Format(time.RFC3339Nano))
 	}
-	return dl, true
+	if !f.until.IsZero() {
+		q.Set("until", f.until.UTC().Format(time.RFC3339Nano))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	return q
+}
+
+// eventQuery is the same page as the store's listing takes it.
+func (f deadLetterFilter) eventQuery(prefix, cursor string, limit int) dedup.EventQuery {
+	q := dedup.EventQuery{State: dedup.Failed, Since: f.since, Until: f.until, Cursor: cursor, Limit: limit}
+	if f.namespace != "" {
+		q.KeyPrefix = dedup.EventKey(prefix, f.namespace, "")
+	}
+	return q
+}
+
+// deadLetter is a listed failed event as the dead-letter listing shows it.
+func deadLetter(ev admin.Event) admin.DeadLetter {
+	failed := ev.FailedAt
+	if at, err := time.Parse(time.RFC3339, failed); err == nil {
+		failed = at.UTC().Format(time.RFC3339) // as GET /v1/dead-letters writes it
+	}
+	return admin.DeadLetter{Namespace: ev.Namespace, ID: ev.ID, Attempts: ev.Attempts, LastStatus: ev.LastStatus, LastError: ev.LastError, FailedAt: failed}
 }
 
 // Output formats of the commands that list.
@@ -67,7 +84,8 @@ func newDeadLettersCmd(e *env) *cobra.Command {
 		Short: "List the dead letters: events whose background delivery ran out of attempts",
 		Long: "List the dead letters, oldest first: a table on a terminal, otherwise (or with -o json) one JSON document\n" +
 			"shaped like GET /v1/dead-letters's page. A time is RFC 3339 (2026-12-01T08:00:00Z) or a duration before now (2h).\n" +
-			"With ADMIN_TOKEN set it asks the running proxy's admin API; otherwise it opens the configured shared store.",
+			"With ADMIN_TOKEN set it asks the running proxy's admin API (GET /v1/events?state=failed, which filters);\n" +
+			"otherwise it opens the configured shared store and asks its listing the same.",
 		Example: "  webhook-dedup dead-letters --since 2h\n" +
 			"  webhook-dedup dead-letters --namespace stripe --since 2026-12-01T07:00:00Z --until 2026-12-01T09:00:00Z\n" +
 			"  webhook-dedup dead-letters -o json | jq -r '.dead_letters[].id'",
@@ -114,15 +132,19 @@ func newDeadLettersCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// listDeadLetters reads every dead letter f chooses, a page at a time,
-// from the running proxy's admin API when ADMIN_TOKEN is set, else from
-// the configured shared store.
+// eventPage is the most events one page asks for: GET /v1/events' bound.
+const eventPage = 1000
+
+// listDeadLetters reads the dead letters f chooses, oldest first, a page
+// at a time up to f.limit, from the running proxy's admin API
+// (GET /v1/events?state=failed, filtered there) when ADMIN_TOKEN is set,
+// else from the configured shared store's listing (Operator.Events).
 func listDeadLetters(ctx context.Context, f deadLetterFilter, environ map[string]string) ([]admin.DeadLetter, error) {
-	var next func(ctx context.Context, cursor string) (admin.DeadLetterPage, error)
+	var next func(ctx context.Context, cursor string, limit int) (admin.EventPage, error)
 	if environ["ADMIN_TOKEN"] != "" {
-		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
-			var page admin.DeadLetterPage
-			body, err := adminRequest(ctx, http.MethodGet, "/v1/dead-letters?limit=1000&cursor="+url.QueryEscape(cursor), environ)
+		next = func(ctx context.Context, cursor string, limit int) (admin.EventPage, error) {
+			var page admin.EventPage
+			body, err := adminRequest(ctx, http.MethodGet, "/v1/events?"+f.query(cursor, limit).Encode(), environ)
 			if err == nil {
 				err = json.Unmarshal(body, &page)
 			}
@@ -134,29 +156,38 @@ func listDeadLetters(ctx context.Context, f deadLetterFilter, environ map[string
 			return nil, err
 		}
 		defer b.Close()
-		q := b.Queue
-		next = func(ctx context.Context, cursor string) (admin.DeadLetterPage, error) {
-			return admin.ListDeadLetters(ctx, q, cfg.KeyPrefix, cursor, 1000)
+		next = func(ctx context.Context, cursor string, limit int) (admin.EventPage, error) {
+			page, err := b.Queue.Events(ctx, f.eventQuery(cfg.KeyPrefix, cursor, limit))
+			if err != nil {
+				return admin.EventPage{}, err
+			}
+			out := admin.EventPage{NextCursor: page.Next}
+			for _, ev := range page.Events {
+				// Split against the namespace asked for: a route's path may
+				// hold ':'.
+				ns, id := dedup.SplitEventKey(cfg.KeyPrefix, f.namespace, ev.Key)
+				out.Events = append(out.Events, admin.NewEvent(ns, id, ev.Record, time.Now()))
+			}
+			return out, nil
 		}
 	}
 	kept := []admin.DeadLetter{}
 	cursor := ""
 	for {
+		limit := eventPage
+		if f.limit > 0 {
+			limit = min(f.limit-len(kept), eventPage)
+		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		page, err := next(pctx, cursor)
+		page, err := next(pctx, cursor, limit)
 		cancel()
 		if err != nil {
 			return nil, err
 		}
-		for _, dl := range page.DeadLetters {
-			if dl, ok := f.keeps(dl); ok {
-				kept = append(kept, dl)
-				if len(kept) == f.limit {
-					return kept, nil
-				}
-			}
+		for _, ev := range page.Events {
+			kept = append(kept, deadLetter(ev))
 		}
-		if cursor = page.NextCursor; cursor == "" {
+		if cursor = page.NextCursor; cursor == "" || len(kept) == f.limit {
 			return kept, nil
 		}
 	}

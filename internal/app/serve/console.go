@@ -1,8 +1,6 @@
 package serve
 
 import (
-	"net/http"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -17,7 +15,7 @@ import (
 // operatorConsole is the console the admin port serves at /ui/: the
 // store's records, the queue (nil: no async delivery) and its stats as
 // the backlog last read them, and the routes as configured.
-func operatorConsole(cfg *config.Config, routes []proxy.Route, st dedup.Store, queue dedup.Queue, backlog *delivery.Backlog, reg prometheus.Gatherer, log *zap.Logger) http.Handler {
+func operatorConsole(cfg *config.Config, routes []proxy.Route, st dedup.Store, queue dedup.Queue, backlog *delivery.Backlog, reg prometheus.Gatherer, log *zap.Logger) *console.Console {
 	c := console.Config{Token: cfg.AdminToken, Records: st, Gatherer: reg, KeyPrefix: cfg.KeyPrefix, Logger: log}
 	if queue != nil {
 		c.Queue = queue

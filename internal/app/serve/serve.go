@@ -144,7 +144,8 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		adminCfg.Upstream = upstreamAnswers(cfg.Upstream)
 	}
 	adm := admin.New(adminCfg)
-	adm.MountConsole(operatorConsole(cfg, routes, st, queue, backlog, reg, log.Named("console")))
+	ui := operatorConsole(cfg, routes, st, queue, backlog, reg, log.Named("console"))
+	adm.MountConsole(ui)
 
 	// Requests are tracked so that, when draining runs out of time, the
 	// handlers still running get to release their claims before exit.
@@ -174,7 +175,9 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		closeStore: backend.Close,
 	}
 	closeStore = nil
-	srv.background = backend.Jobs
+	// The console reads the counters once a minute, for its overview's
+	// last minutes.
+	srv.background = append(backend.Jobs[:len(backend.Jobs):len(backend.Jobs)], ui.Run)
 	if backlog != nil {
 		srv.background = append(srv.background[:len(srv.background):len(srv.background)], backlog.Run)
 	}
