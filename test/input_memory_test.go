@@ -146,6 +146,14 @@ func TestBufferedBytesBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, "the big body, once whole", got, 200, "forwarded")
+	// Its buffer is given back once its handling ends, which is after the
+	// answer: the record is completed right after the sender is answered.
+	await(t, px.bounds().observed(), func() error {
+		if held := sample(px.metrics(t), "webhook_dedup_body_bytes_held", nil); held != 0 {
+			return fmt.Errorf("webhook_dedup_body_bytes_held = %v once the big body was answered, want 0", held)
+		}
+		return nil
+	})
 	expect(t, "the refused webhook, retried", settledSend(t, ctx, client, px, stripe, stripe.Event(1)), 200, "forwarded")
 	if n := app.Effects(key(stripe, stripe.Event(1).ID)); n != 1 {
 		t.Errorf("the app processed the retried event %d times, want 1", n)
