@@ -140,6 +140,9 @@ const defaultQueueTag = "{webhook-dedup}"
 // queueKeys are the names of one queue's keys.
 type queueKeys struct {
 	tag, routes, open, dead, fenced string
+	// tagArg is tag as a script's argument, made once: each conversion of
+	// a string to an interface allocates, and Enqueue runs per request.
+	tagArg any
 }
 
 func newQueueKeys(prefix string) queueKeys {
@@ -153,6 +156,7 @@ func newQueueKeys(prefix string) queueKeys {
 		open:   tag + "#open",
 		dead:   tag + "#dead",
 		fenced: tag + "#fenced",
+		tagArg: tag,
 	}
 }
 
@@ -250,7 +254,7 @@ func (s *Store) enqueue(ctx context.Context, key string, req dedup.Request, maxD
 	// queue_accept.lua's KEYS and ARGV are queue_enqueue.lua's and the
 	// sync key's marker after them.
 	keys := []string{s.queue.record(key), s.queue.request(key), s.queue.open, key}
-	args := []any{key, codec.EncodeRequest(req), qtok, req.Route, s.queue.tag, queueGroup,
+	args := []any{key, codec.EncodeRequest(req), qtok, req.Route, s.queue.tagArg, queueGroup,
 		max(maxDepth, 0), req.OrderKey, orderBlock(req), asyncMarker}
 	if !oneNode {
 		keys, args = keys[:3], args[:9]
