@@ -20,12 +20,17 @@ const storeErrorRetryAfter = "5"
 // answer writes a response of the proxy's own, a small JSON document, and
 // returns it as the webhook's result, with err as its reason.
 func (h *Handler) answer(w http.ResponseWriter, id string, status int, outcome, message string, err error) result {
-	hdr := w.Header()
-	hdr.Set(HeaderOutcome, outcome)
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("Cache-Control", "no-store")
 	b := appendAnswer(make([]byte, 0, 64+len(id)+len(message)), outcome, id, message)
-	hdr.Set("Content-Length", strconv.Itoa(len(b)))
+	// The four values in one allocation, where a Set each makes one
+	// each; every one capped, so that adding to one cannot write over the
+	// next. The names are in canonical form, as Set would make them.
+	v := [...]string{outcome, "application/json", "no-store", strconv.Itoa(len(b))}
+	vals := v[:]
+	hdr := w.Header()
+	hdr[HeaderOutcome] = vals[0:1:1]
+	hdr["Content-Type"] = vals[1:2:2]
+	hdr["Cache-Control"] = vals[2:3:3]
+	hdr["Content-Length"] = vals[3:4:4]
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 	return result{status: status, outcome: outcome, err: err}

@@ -60,18 +60,22 @@ import (
 // scales sync traffic, not async; the async queue's size is bounded by one
 // node's memory and its throughput by one node's CPU.
 //
-// Sync and async share K as the arbiter: Enqueue first marks K with a
-// one-byte marker (asyncMarker, no expiry while the event is open) and only
-// then claims {p}K, so a sync claim of the same event finds K taken, and an
-// Enqueue of an event a sync route claimed finds K held. The marker takes
-// the async record's lifetime when the event is settled. A marker left
-// without its record (a crash between the two steps) is seen as such and
-// cleared by the next claim.
+// Sync and async share K as the arbiter: Enqueue marks K with a one-byte
+// marker (asyncMarker, no expiry while the event is open) before it claims
+// {p}K, so a sync claim of the same event finds K taken, and an Enqueue of
+// an event a sync route claimed finds K held. On one server both are one
+// script (queue_accept.lua); on a cluster, where K and {p}K are in
+// different slots, two. The marker takes the async record's lifetime when
+// the event is settled. A marker left without its record (on a cluster, a
+// crash between the two steps) is seen as such and cleared by the next
+// claim.
 var (
 	//go:embed queue_lib.lua
 	queueLibLua string
 	//go:embed queue_enqueue.lua
 	queueEnqueueLua string
+	//go:embed queue_accept.lua
+	queueAcceptLua string
 	//go:embed queue_take.lua
 	queueTakeLua string
 	//go:embed queue_extend.lua
@@ -99,7 +103,8 @@ var (
 	//go:embed marker_expire.lua
 	markerExpireLua string
 
-	queueEnqueueScript = queueScript(queueEnqueueLua)
+	queueEnqueueScript = queueScript(queueEnqueueLua + "return enqueue()\n")
+	queueAcceptScript  = queueScript(queueEnqueueLua + queueAcceptLua)
 	queueTakeScript    = queueScript(queueTakeLua)
 	queueExtendScript  = queueScript(queueExtendLua)
 	queueSettleScript  = queueScript(queueSettleLua)
@@ -135,6 +140,9 @@ const defaultQueueTag = "{webhook-dedup}"
 // queueKeys are the names of one queue's keys.
 type queueKeys struct {
 	tag, routes, open, dead, fenced string
+	// tagArg is tag as a script's argument, made once: each conversion of
+	// a string to an interface allocates, and Enqueue runs per request.
+	tagArg any
 }
 
 func newQueueKeys(prefix string) queueKeys {
@@ -148,6 +156,7 @@ func newQueueKeys(prefix string) queueKeys {
 		open:   tag + "#open",
 		dead:   tag + "#dead",
 		fenced: tag + "#fenced",
+		tagArg: tag,
 	}
 }
 
@@ -194,16 +203,19 @@ func consumerName() string {
 
 var _ dedup.Queue = (*Store)(nil)
 
-// Enqueue claims key and queues req for delivery: two round trips (more
-// with WaitReplicas), the second one script that claims the event's async
-// record and adds it to the stream at once. If the key was free it returns
-// true; otherwise false and the record that holds it, and queues nothing.
-// With WaitReplicas, the enqueue counts only once that many replicas
+// Enqueue claims key and queues req for delivery. On one server it is one
+// round trip (more with WaitReplicas): one script marks the sync key,
+// claims the event's async record and adds it to the stream, atomically.
+// On a cluster the sync key is in another slot than the queue, so it is
+// two: the marker first, then the script that claims the async record and
+// adds it to the stream. If the key was free it returns true; otherwise
+// false and the record that holds it, and queues nothing. With
+// WaitReplicas, the enqueue counts only once that many replicas
 // acknowledged it (and, on Redis 7.2 and later with appendonly on, once
 // the master fsync'd it to its append-only file); if they do not, it is
-// taken back and reported as an error wrapping ErrNotReplicated. (The
-// marker on the sync key is not waited for: a failover that loses it
-// loses only a sync route's view of the event, not the event.) The script
+// taken back and reported as an error wrapping ErrNotReplicated. (On a
+// cluster the marker is not waited for: a failover that loses it loses
+// only a sync route's view of the event, not the event.) The script
 // checks maxDepth itself, against the queue every replica shares.
 func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
 	if err := ctx.Err(); err != nil {
@@ -214,25 +226,43 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	v, err := markerScript.Run(ctx, s.scripts, []string{key}, asyncMarker).Result()
+	won, rec, err := s.enqueue(ctx, key, req, maxDepth)
 	if err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
 	}
-	if !won(v) {
-		rec, err := recordWithTTL(v)
+	return won, rec, nil
+}
+
+// enqueue is Enqueue's work: queue_accept.lua on one node, marker.lua then
+// queue_enqueue.lua on a cluster.
+func (s *Store) enqueue(ctx context.Context, key string, req dedup.Request, maxDepth int) (bool, dedup.Record, error) {
+	oneNode := s.client.oneNode()
+	script := queueAcceptScript
+	if !oneNode {
+		v, err := markerScript.Run(ctx, s.scripts, []string{key}, asyncMarker).Result()
 		if err != nil {
-			return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+			return false, dedup.Record{}, err
 		}
-		return false, rec, nil
+		if !won(v) {
+			rec, err := recordWithTTL(v)
+			return false, rec, err
+		}
+		script = queueEnqueueScript
 	}
 	tok := codec.NewToken()
 	qtok := hex.EncodeToString(tok[:])
-	payload := codec.EncodeRequest(req)
+	// queue_accept.lua's KEYS and ARGV are queue_enqueue.lua's and the
+	// sync key's marker after them.
+	keys := []string{s.queue.record(key), s.queue.request(key), s.queue.open, key}
+	args := []any{key, codec.EncodeRequest(req), qtok, req.Route, s.queue.tagArg, queueGroup,
+		max(maxDepth, 0), req.OrderKey, orderBlock(req), asyncMarker}
+	if !oneNode {
+		keys, args = keys[:3], args[:9]
+	}
 	var answer any
-	err = s.onMaster(ctx, s.queue.open, func(c Client, replicate func() error) error {
+	err := s.onMaster(ctx, s.queue.open, func(c Client, replicate func() error) error {
 		var err error
-		answer, err = queueEnqueueScript.Run(ctx, c, []string{s.queue.record(key), s.queue.request(key), s.queue.open},
-			key, payload, qtok, req.Route, s.queue.tag, queueGroup, max(maxDepth, 0), req.OrderKey, orderBlock(req)).Result()
+		answer, err = script.Run(ctx, c, keys, args...).Result()
 		if err != nil {
 			return err
 		}
@@ -248,21 +278,34 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 		return nil
 	})
 	if err != nil {
-		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+		return false, dedup.Record{}, err
 	}
-	if _, won := answer.(string); won {
+	switch a := answer.(type) {
+	case string:
 		return true, dedup.Record{}, nil
-	}
-	if n, ok := answer.(int64); ok && n == 0 { // the key was free, the queue full
-		s.unmark(ctx, key)
-		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, dedup.ErrQueueFull)
+	case int64:
+		if a != 0 {
+			break
+		}
+		// The key was free, the queue full. queue_accept.lua took its
+		// marker back itself.
+		if !oneNode {
+			s.unmark(ctx, key)
+		}
+		return false, dedup.Record{}, dedup.ErrQueueFull
+	case []any:
+		if len(a) == 2 { // queue_accept.lua: a sync record holds the key
+			rec, err := recordWithTTL(a)
+			return false, rec, err
+		}
 	}
 	rec, err := asyncFromReply(answer)
 	if err != nil {
-		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
+		return false, dedup.Record{}, err
 	}
-	if rec.TTL > 0 {
+	if !oneNode && rec.TTL > 0 {
 		// The marker was missing (it is set now): it goes with the record.
+		// queue_accept.lua gave it the record's lifetime itself.
 		s.expireMarker(ctx, key, rec.TTL)
 	}
 	return false, rec, nil

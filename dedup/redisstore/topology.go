@@ -25,6 +25,10 @@ type topology interface {
 	// failed is told that a call to a master failed: the master may be
 	// down, or no longer serve the slot it was asked for.
 	failed(ctx context.Context)
+	// oneNode reports whether one node holds every key, so that one
+	// script may touch keys of different hash slots (Enqueue's marker and
+	// the queue's keys): true for one server, false for a cluster.
+	oneNode() bool
 	Close() error
 }
 
@@ -56,6 +60,8 @@ func (s server) master(context.Context, string) (*redis.Client, error) { return 
 // failed does nothing: the client reconnects on its next call.
 func (server) failed(context.Context) {}
 
+func (server) oneNode() bool { return true }
+
 // cluster is a Redis Cluster. Every script touches keys of one slot, so
 // scripts run on it unchanged, routed by their first key.
 type cluster struct {
@@ -83,3 +89,5 @@ func (c cluster) master(ctx context.Context, key string) (*redis.Client, error) 
 // failed has the client look at the cluster's slots again (in the
 // background) before its next call.
 func (c cluster) failed(ctx context.Context) { c.ReloadState(ctx) }
+
+func (cluster) oneNode() bool { return false }
