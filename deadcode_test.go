@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/buildcache"
 )
 
 // deadcodeVersion pins golang.org/x/tools' deadcode, so that a new
@@ -23,13 +26,20 @@ func TestNoDeadCode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("deadcode analyses the whole module (about 20 s): not with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "bin")
-	install := exec.Command("go", "install", "golang.org/x/tools/cmd/deadcode@"+deadcodeVersion)
-	install.Env = append(os.Environ(), "GOBIN="+bin)
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Skipf("cannot build deadcode %s (offline, and not in the module cache?): %v\n%s", deadcodeVersion, err, out)
+	// Built once per version and kept in the user's cache directory: go
+	// install links it again every time, seconds on a loaded machine.
+	deadcode, err := buildcache.Binary("deadcode", deadcodeVersion, func(out string) error {
+		install := exec.Command("go", "install", "golang.org/x/tools/cmd/deadcode@"+deadcodeVersion)
+		install.Env = append(os.Environ(), "GOBIN="+filepath.Dir(out))
+		if output, err := install.CombinedOutput(); err != nil {
+			return fmt.Errorf("%w\n%s", err, output)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Skipf("cannot build deadcode %s (offline, and not in the module cache?): %v", deadcodeVersion, err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "deadcode"), "-test", "./...")
+	cmd := exec.Command(deadcode, "-test", "./...")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

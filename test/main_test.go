@@ -52,28 +52,6 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 
-	// WEBHOOK_DEDUP_BIN runs the tests against a binary built elsewhere
-	// (a release build, say).
-	binary = os.Getenv("WEBHOOK_DEDUP_BIN")
-	memoryBinary = func() (string, error) { return binary, nil }
-	if binary == "" {
-		binary = filepath.Join(dir, "webhook-dedup")
-		if err := build(binary, buildFlags); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		if len(buildFlags) > 0 {
-			// The race detector's shadow memory takes several times the
-			// heap: what the memory tests measure is a plain build.
-			memoryBinary = sync.OnceValues(func() (string, error) {
-				plain := filepath.Join(dir, "webhook-dedup-plain")
-				return plain, build(plain, nil)
-			})
-		}
-	}
-
-	previousBinary = sync.OnceValues(func() (string, error) { return buildPrevious(dir) })
-
 	// Most of these tests wait on processes, leases and timeouts rather than
 	// burn CPU, so run more of them at once than the default GOMAXPROCS,
 	// unless the caller chose -parallel.
@@ -83,6 +61,39 @@ func runTests(m *testing.M) int {
 	if !chosen {
 		_ = flag.Set("test.parallel", "4")
 	}
+
+	// A whole run needs the extra binaries: they are built beside the
+	// race build rather than after it, each by the first test that waits
+	// for it. A run narrowed with -run builds them only if it uses them.
+	wholeRun := flag.Lookup("test.run").Value.String() == ""
+	previousBinary = sync.OnceValues(func() (string, error) { return buildPrevious(dir) })
+	if wholeRun {
+		go previousBinary()
+	}
+
+	// WEBHOOK_DEDUP_BIN runs the tests against a binary built elsewhere
+	// (a release build, say).
+	binary = os.Getenv("WEBHOOK_DEDUP_BIN")
+	memoryBinary = func() (string, error) { return binary, nil }
+	if binary == "" {
+		if len(buildFlags) > 0 {
+			// The race detector's shadow memory takes several times the
+			// heap: what the memory tests measure is a plain build.
+			memoryBinary = sync.OnceValues(func() (string, error) {
+				plain := filepath.Join(dir, "webhook-dedup-plain")
+				return plain, build(plain, nil)
+			})
+			if wholeRun {
+				go memoryBinary() // the test that uses it reads the error
+			}
+		}
+		binary = filepath.Join(dir, "webhook-dedup")
+		if err := build(binary, buildFlags); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+
 	code := m.Run()
 	postgres.Close()
 	return code

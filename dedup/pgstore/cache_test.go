@@ -40,6 +40,7 @@ func completed(t *testing.T, s dedup.Store, key string) {
 // TestCacheAnswersDuringOutage checks a cached duplicate is answered with
 // the database stopped, and anything not cached is the store's error.
 func TestCacheAnswersDuringOutage(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	c := dedup.NewCache(openPostgres(t, srv, Config{}), dedup.CacheConfig{Size: 10})
 	completed(t, c, "done")
@@ -58,6 +59,7 @@ func TestCacheAnswersDuringOutage(t *testing.T) {
 }
 
 func TestCacheForgetClearsEntry(t *testing.T) {
+	t.Parallel()
 	c := dedup.NewCache(openPostgres(t, nil, Config{}), dedup.CacheConfig{Size: 10})
 	completed(t, c, "k")
 	if had, err := c.Forget(context.Background(), "k"); err != nil || !had {
@@ -71,6 +73,7 @@ func TestCacheForgetClearsEntry(t *testing.T) {
 // TestCacheTTL checks an entry is dropped after TTL, so that a forget
 // made through another process (here: straight in the store) is seen.
 func TestCacheTTL(t *testing.T) {
+	t.Parallel()
 	clk := &clock{now: time.Now()}
 	var hits atomic.Int64
 	pg := openPostgres(t, nil, Config{})
@@ -93,6 +96,7 @@ func TestCacheTTL(t *testing.T) {
 // event that was delivered is answered from the cache with the database
 // stopped.
 func TestCachedQueueDuplicateDuringOutage(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	b := dedup.WithCache(openPostgres(t, srv, Config{}).Backend(), dedup.CacheConfig{Size: 10})
 	c := b.Queue

@@ -25,6 +25,7 @@ const maxPGBytesPerRecord = 280
 var capacity = flag.Int("capacity", 10_000, "completed records TestPostgresRecordSize writes (docs/performance.md's figure: -capacity=100000)")
 
 func TestPostgresRecordSize(t *testing.T) {
+	t.Parallel()
 	n := *capacity
 	s := openPostgres(t, nil, Config{})
 	ctx := context.Background()

@@ -22,6 +22,7 @@ type report struct {
 // keeps retrying every second, naming the server and the user and never
 // the password; the login fixed, the recovery is told.
 func TestPostgresConnectFailuresToldOnce(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	const user, right, wrong = "webhook", "right-s3cret", "wrong-s3cret"
 	db := srv.NewLogin(t, user, right)

@@ -27,6 +27,7 @@ import (
 // due index, then expects ten of them among its first forty; they all
 // come after a's.
 func TestPostgresLaneTakesByIndex(t *testing.T) {
+	t.Parallel()
 	s := openPostgres(t, nil, Config{})
 	ctx := context.Background()
 	const backlog = 3000
@@ -142,6 +143,7 @@ type planNode struct {
 // timeout) renews the lease on a new connection rather than failing, and
 // the worker's attempt is not taken over.
 func TestPostgresExtendRidesOutALostConnection(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	s := openPostgres(t, nil, Config{URL: url})
 	ctx := context.Background()
@@ -177,6 +179,7 @@ func TestPostgresExtendRidesOutALostConnection(t *testing.T) {
 // the rest lane locks its rows route by route, in a statement of its own
 // shape.
 func TestPostgresLanesTakenConcurrently(t *testing.T) {
+	t.Parallel()
 	s := openPostgres(t, nil, Config{})
 	const each = 100
 	routes := []string{"a", "b", "c", ""}
@@ -242,6 +245,7 @@ func TestPostgresLanesTakenConcurrently(t *testing.T) {
 // each has read it; and a process that finds the queue full reads it
 // again (at most once a second), so it sees the room another made.
 func TestPostgresDepthAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	a := openPostgres(t, nil, Config{URL: url})
 	b := openPostgres(t, nil, Config{URL: url})

@@ -46,6 +46,7 @@ func openPostgres(t testing.TB, srv *pgtest.Server, cfg Config) *Store {
 }
 
 func TestPostgres(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) (dedup.Backend, func() dedup.Backend) {
 		url := postgres.Get(t).NewDatabase(t)
 		s := openPostgres(t, nil, Config{URL: url})
@@ -56,6 +57,7 @@ func TestPostgres(t *testing.T) {
 // TestPostgresCached runs the conformance suite through the cache of
 // completed records (CACHE_SIZE), over PostgreSQL.
 func TestPostgresCached(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) (dedup.Backend, func() dedup.Backend) {
 		url := postgres.Get(t).NewDatabase(t)
 		cached := func() dedup.Backend {
@@ -78,6 +80,7 @@ func BenchmarkPostgres(b *testing.B) {
 // TestPostgresTablePrefix checks two prefixes in one database are two
 // stores that share nothing.
 func TestPostgresTablePrefix(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	a := openPostgres(t, nil, Config{URL: url})
 	b := openPostgres(t, nil, Config{URL: url, TablePrefix: "other_"})
@@ -96,6 +99,7 @@ func TestPostgresTablePrefix(t *testing.T) {
 }
 
 func TestPostgresBadConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -129,6 +133,7 @@ func TestPostgresBadConfig(t *testing.T) {
 // TestPostgresMissingTables checks a store without its tables fails its
 // operations and its Ping (so /readyz says so) until Migrate creates them.
 func TestPostgresMissingTables(t *testing.T) {
+	t.Parallel()
 	s, err := Open(Config{URL: postgres.Get(t).NewDatabase(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +166,7 @@ func TestPostgresMissingTables(t *testing.T) {
 // that is ready, as every statement works without it (Take reads more
 // rows), and Migrate adds it.
 func TestPostgresUpgrade(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// drop are the columns the release's queue lacks; the first is
@@ -237,6 +243,7 @@ func TestPostgresUpgrade(t *testing.T) {
 // TestPostgresSchemaMatchesMigrate checks PostgresSchema, what migrate
 // --print shows, is what Migrate runs.
 func TestPostgresSchema(t *testing.T) {
+	t.Parallel()
 	sql, err := Schema("acme_")
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +259,7 @@ func TestPostgresSchema(t *testing.T) {
 }
 
 func TestPostgresAcrossOutage(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	s := openPostgres(t, srv, Config{})
 	ctx := context.Background()
@@ -316,6 +324,7 @@ func TestPostgresTimeout(t *testing.T) {
 // TestPostgresPrune checks expired rows, and only those, are deleted, in
 // batches smaller than what is expired.
 func TestPostgresPrune(t *testing.T) {
+	t.Parallel()
 	s := openPostgres(t, nil, Config{PruneBatch: 3})
 	ctx := context.Background()
 	for i := range 10 {
@@ -345,6 +354,7 @@ func TestPostgresPrune(t *testing.T) {
 // TestPostgresPruneOneAtATime checks a replica finding another pruning
 // (holding the lock) leaves the work to it.
 func TestPostgresPruneOneAtATime(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	s := openPostgres(t, nil, Config{URL: url})
 	ctx := context.Background()
@@ -378,6 +388,7 @@ func TestPostgresPruneOneAtATime(t *testing.T) {
 // TestPostgresPruneEvery checks the store prunes by itself every
 // PruneInterval and reports what it deleted.
 func TestPostgresPruneEvery(t *testing.T) {
+	t.Parallel()
 	pruned := make(chan int, 100)
 	s := openPostgres(t, nil, Config{PruneInterval: 20 * time.Millisecond, Pruned: func(n int) { pruned <- n }})
 	c, _ := storetest.MustClaim(t, s, "old", storetest.Lease)
@@ -397,6 +408,7 @@ func TestPostgresPruneEvery(t *testing.T) {
 // TestPostgresAutoMigrateLater checks tables are created once a database
 // that was down at start answers, without reopening the store.
 func TestPostgresAutoMigrateLater(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	url := srv.NewDatabase(t)
 	srv.Stop()
@@ -428,6 +440,7 @@ func TestPostgresAutoMigrateLater(t *testing.T) {
 // TestPostgresNotify checks an event queued through another store on the
 // same tables (another replica) is heard at once through LISTEN/NOTIFY.
 func TestPostgresNotify(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	listener := openPostgres(t, nil, Config{URL: url})
 	other := openPostgres(t, nil, Config{URL: url})
@@ -454,6 +467,7 @@ func TestPostgresNotify(t *testing.T) {
 // own, up to the notification of an event queued after the burst:
 // notifications arrive in commit order.
 func TestPostgresNotifyBurst(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	s := openPostgres(t, nil, Config{URL: url})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -504,6 +518,7 @@ func TestPostgresNotifyBurst(t *testing.T) {
 // TestPostgresOwner checks a key prefix another APP_NAME owns is refused,
 // and that another prefix in the same tables is not.
 func TestPostgresOwner(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	ctx := context.Background()
 	a := openPostgres(t, nil, Config{URL: url, AppName: "payments", KeyPrefix: "webhook-dedup:"})
@@ -533,6 +548,7 @@ func TestPostgresOwner(t *testing.T) {
 // maintenance) is not ready, though it answers every read; once it takes
 // writes again, it is.
 func TestPostgresPingReadOnly(t *testing.T) {
+	t.Parallel()
 	url := postgres.Get(t).NewDatabase(t)
 	s := openPostgres(t, nil, Config{URL: url})
 	ctx := context.Background()
