@@ -62,6 +62,73 @@ func TestPostgresLaneTakesByIndex(t *testing.T) {
 	}
 }
 
+// TestPostgresOrderedTakeByIndex: a Take behind hot keys' backlogs (each
+// a head that holds its key, thousands of its events behind it, all
+// queued before any other key's) reads a handful of rows to find the
+// other keys' heads, not the events that wait behind a head, whatever
+// holds the head back (a delivery under way, a retry's backoff, a dead
+// letter that blocks its key) and whichever lane is taken from.
+func TestPostgresOrderedTakeByIndex(t *testing.T) {
+	s := openPostgres(t, nil, Config{})
+	ctx := context.Background()
+	const backlog = 1000
+	req := storetest.Request
+	hot := []string{"leased", "retrying", "blocked"}
+	for _, key := range hot {
+		req.OrderKey, req.OrderBlock = key, key == "blocked"
+		for i := range backlog {
+			if won, _, err := s.Enqueue(ctx, fmt.Sprintf("%s/%d", key, i), req, 0); err != nil || !won {
+				t.Fatalf("Enqueue = %v, %v", won, err)
+			}
+		}
+	}
+	heads := storetest.TakeFrom(t, s, dedup.AllRoutes, 10, time.Hour)
+	if len(heads) != len(hot) {
+		t.Fatalf("Take = %d deliveries, want the %d hot heads alone", len(heads), len(hot))
+	}
+	for _, d := range heads {
+		var err error
+		switch {
+		case strings.HasPrefix(d.Claim.Key, "retrying/"):
+			err = s.Retry(ctx, d, time.Now().Add(time.Hour), 500, "")
+		case strings.HasPrefix(d.Claim.Key, "blocked/"):
+			err = s.Fail(ctx, d, 500, "", time.Hour)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		req.OrderKey, req.OrderBlock = fmt.Sprintf("k%d", i), false
+		if won, _, err := s.Enqueue(ctx, fmt.Sprintf("k/%d", i), req, 0); err != nil || !won {
+			t.Fatalf("Enqueue = %v, %v", won, err)
+		}
+	}
+	if _, err := s.pool.Exec(ctx, "ANALYZE webhook_dedup_queue"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		sql  string
+		arg  []any
+	}{
+		{"every route", s.sql.takeAll, nil},
+		{"the route's lane", s.sql.takeRoute, []any{req.Route}},
+		{"the rest lane", s.sql.takeRest, []any{[]string{"other"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read, took, plan := explainTake(t, s, tc.sql, 10, tc.arg...)
+			t.Logf("read %d queue rows to take %d:\n%s", read, took, plan)
+			if took != 10 {
+				t.Errorf("took %d deliveries, want 10; plan:\n%s", took, plan)
+			}
+			if read > 10*took {
+				t.Errorf("read %d queue rows to take %d behind %d events of each of %d keys; plan:\n%s", read, took, backlog, len(hot), plan)
+			}
+		})
+	}
+}
+
 // enqueueOn enqueues n events accepted on route, eight at a time.
 func enqueueOn(t *testing.T, s *Store, route string, n int) {
 	t.Helper()
@@ -86,11 +153,12 @@ func enqueueOn(t *testing.T, s *Store, route string, n int) {
 	}
 }
 
-// explainTake runs a take statement (n deliveries, then arg, its lane)
+// explainTake runs a take statement (n deliveries, then arg, its lane if
+// it names one)
 // under EXPLAIN ANALYZE in a transaction it rolls back, and returns the
 // queue rows its plan read (returned by a scan or removed by its filter,
 // over every loop), the rows it took, and the plan's scans, for messages.
-func explainTake(t *testing.T, s *Store, sql string, n int, arg any) (read, took int, plan string) {
+func explainTake(t *testing.T, s *Store, sql string, n int, arg ...any) (read, took int, plan string) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
@@ -100,7 +168,7 @@ func explainTake(t *testing.T, s *Store, sql string, n int, arg any) (read, took
 	defer func() { _ = tx.Rollback(ctx) }()
 	tok := codec.NewToken()
 	var out []struct{ Plan planNode }
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, n, tok[:], micros(storetest.Lease), arg).Scan(&out); err != nil {
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, append([]any{n, tok[:], micros(storetest.Lease)}, arg...)...).Scan(&out); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	if len(out) != 1 {
