@@ -88,12 +88,20 @@ const waiting = `'infinity'::timestamptz`
 // still sees the head it takes away, hence h.key <> mine.key; a head that
 // was not the first place of its key (an event that waited, forgotten)
 // leaves the first one as it is.
-const promoteNextSQL = `, promoted AS (
-	UPDATE %[1]squeue w SET due_at = w.accepted_at FROM mine
-	WHERE mine.leaves AND w.key = (SELECT h.key FROM %[1]squeue h
-			WHERE h.order_key = mine.order_key AND h.order_seq IS NOT NULL AND h.key <> mine.key
-			ORDER BY h.order_seq LIMIT 1)
-		AND w.due_at = ` + waiting + ` AND w.failed_at IS NULL
+//
+// The next place is found first (next: one probe of the order index,
+// which reads whether it waits), and the update joins it by key alone:
+// one primary key lookup. With the test of due_at in the update, the
+// planner, whose statistics took no event for waiting (a queue filled
+// since its last ANALYZE), read every waiting event by the due index to
+// find the one (3.5 ms a completion behind 2,500 of them, against 0.3).
+const promoteNextSQL = `, next AS MATERIALIZED (
+	SELECT first.key FROM mine CROSS JOIN LATERAL (SELECT h.key, h.due_at, h.failed_at FROM %[1]squeue h
+		WHERE h.order_key = mine.order_key AND h.order_seq IS NOT NULL AND h.key <> mine.key
+		ORDER BY h.order_seq LIMIT 1) first
+	WHERE mine.leaves AND first.due_at = ` + waiting + ` AND first.failed_at IS NULL
+), promoted AS (
+	UPDATE %[1]squeue w SET due_at = w.accepted_at FROM next WHERE w.key = next.key
 )`
 
 // headOnly is the condition of a Take on the row q: no earlier place of

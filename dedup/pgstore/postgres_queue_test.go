@@ -67,11 +67,18 @@ func TestPostgresLaneTakesByIndex(t *testing.T) {
 // queued before any other key's) reads a handful of rows to find the
 // other keys' heads, not the events that wait behind a head, whatever
 // holds the head back (a delivery under way, a retry's backoff, a dead
-// letter that blocks its key) and whichever lane is taken from.
+// letter that blocks its key) and whichever lane is taken from. And the
+// head's leaving, which makes the next due, reads a handful too, for an
+// ordered event and for an unordered one.
 func TestPostgresOrderedTakeByIndex(t *testing.T) {
 	s := openPostgres(t, nil, Config{})
 	ctx := context.Background()
 	const backlog = 1000
+	// Statistics of an empty queue, as a queue filled since its last
+	// ANALYZE has: the planner takes no event for waiting.
+	if _, err := s.pool.Exec(ctx, "ANALYZE webhook_dedup_queue"); err != nil {
+		t.Fatal(err)
+	}
 	req := storetest.Request
 	hot := []string{"leased", "retrying", "blocked"}
 	for _, key := range hot {
@@ -82,13 +89,17 @@ func TestPostgresOrderedTakeByIndex(t *testing.T) {
 			}
 		}
 	}
+	storetest.MustEnqueue(t, s, "unordered")
 	heads := storetest.TakeFrom(t, s, dedup.AllRoutes, 10, time.Hour)
-	if len(heads) != len(hot) {
-		t.Fatalf("Take = %d deliveries, want the %d hot heads alone", len(heads), len(hot))
+	if len(heads) != len(hot)+1 {
+		t.Fatalf("Take = %d deliveries, want the %d hot heads and the unordered event", len(heads), len(hot))
 	}
+	leaving := map[string]dedup.Delivery{}
 	for _, d := range heads {
 		var err error
 		switch {
+		case d.Claim.Key == "unordered" || strings.HasPrefix(d.Claim.Key, "leased/"):
+			leaving[d.Claim.Key] = d
 		case strings.HasPrefix(d.Claim.Key, "retrying/"):
 			err = s.Retry(ctx, d, time.Now().Add(time.Hour), 500, "")
 		case strings.HasPrefix(d.Claim.Key, "blocked/"):
@@ -102,6 +113,27 @@ func TestPostgresOrderedTakeByIndex(t *testing.T) {
 		req.OrderKey, req.OrderBlock = fmt.Sprintf("k%d", i), false
 		if won, _, err := s.Enqueue(ctx, fmt.Sprintf("k/%d", i), req, 0); err != nil || !won {
 			t.Fatalf("Enqueue = %v, %v", won, err)
+		}
+	}
+	for _, key := range []string{"leased/0", "unordered"} {
+		d := leaving[key]
+		tok, _ := codec.ParseToken(d.Claim.Token)
+		for _, tc := range []struct {
+			name string
+			sql  string
+			args []any
+		}{
+			{"completed", s.sql.succeed, []any{d.Claim.Key, tok[:], micros(time.Hour), int32(200), nil, nil, nil, attemptJSON(d, 200, ""), dedup.HistoryLen}},
+			{"dead-lettered", s.sql.fail, []any{d.Claim.Key, tok[:], int32(500), "", micros(time.Hour), attemptJSON(d, 500, ""), dedup.HistoryLen}},
+			{"forgotten", s.sql.forget, []any{d.Claim.Key}},
+		} {
+			t.Run(key+" "+tc.name, func(t *testing.T) {
+				read, _, plan := explainQueue(t, s, tc.sql, tc.args...)
+				t.Logf("read %d queue rows:\n%s", read, plan)
+				if read > 10 {
+					t.Errorf("read %d queue rows for %s to leave; plan:\n%s", read, key, plan)
+				}
+			})
 		}
 	}
 	if _, err := s.pool.Exec(ctx, "ANALYZE webhook_dedup_queue"); err != nil {
@@ -390,11 +422,19 @@ func enqueueOn(t *testing.T, s *Store, route string, n int) {
 }
 
 // explainTake runs a take statement (n deliveries, then arg, its lane if
-// it names one)
-// under EXPLAIN ANALYZE in a transaction it rolls back, and returns the
-// queue rows its plan read (returned by a scan or removed by its filter,
-// over every loop), the rows it took, and the plan's scans, for messages.
+// it names one) under explainQueue.
 func explainTake(t *testing.T, s *Store, sql string, n int, arg ...any) (read, took int, plan string) {
+	t.Helper()
+	tok := codec.NewToken()
+	return explainQueue(t, s, sql, append([]any{n, tok[:], micros(storetest.Lease)}, arg...)...)
+}
+
+// explainQueue runs a statement under EXPLAIN ANALYZE in a transaction it
+// rolls back, and returns the queue rows its plan read (returned by a scan
+// or removed by its filter, over every loop), the rows its last change
+// returned (a take's: the rows it took), and the plan's scans, for
+// messages.
+func explainQueue(t *testing.T, s *Store, sql string, args ...any) (read, took int, plan string) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
@@ -402,9 +442,8 @@ func explainTake(t *testing.T, s *Store, sql string, n int, arg ...any) (read, t
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	tok := codec.NewToken()
 	var out []struct{ Plan planNode }
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, append([]any{n, tok[:], micros(storetest.Lease)}, arg...)...).Scan(&out); err != nil {
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	if len(out) != 1 {
