@@ -54,7 +54,7 @@ SELECT false, * FROM live`
 // failSQL and forgetSQL, which take the head away) run while their
 // transaction holds a lock on the key (lockOrderKeySQL, lockOrderOfSQL),
 // taken by a statement of its own before them, in the same round trip (a
-// batch: see Store.query). So the places of one key follow the order of
+// batch: see Store.queryRow). So the places of one key follow the order of
 // the commits (of the 202s): a place drawn without the lock could commit
 // after a later one, which a Take might hand out first. And each such
 // statement's snapshot, taken once the lock is held, sees everything the
@@ -107,7 +107,7 @@ const promoteNextSQL = `, next AS MATERIALIZED (
 // headOnly is the condition of a Take on the row q: no earlier place of
 // its order key is held (true for a row without one), one probe of the
 // order index. The events behind a head wait, so none of them is due;
-// this holds back those queued before they did (by the release before),
+// this holds back those queued before they did (by an earlier build),
 // which were due at once: they cost a probe each, as they did then,
 // until their keys' heads are delivered.
 const headOnly = `NOT EXISTS (SELECT FROM %[1]squeue h WHERE h.order_key = q.order_key AND h.order_seq < q.order_seq)`
