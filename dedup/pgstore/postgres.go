@@ -230,7 +230,7 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	tok := codec.NewToken()
-	won, rec, err := s.claimOnce(ctx, s.sql.claim, key, tok[:], micros(lease))
+	won, rec, err := s.claimOnce(ctx, "", nil, s.sql.claim, key, tok[:], micros(lease))
 	if err != nil {
 		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
@@ -240,13 +240,14 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 	return dedup.Claim{}, rec, nil
 }
 
-// claimOnce runs a claiming statement (a claim or an enqueue) until it
-// answers with a row: won, or the record in the way.
-func (s *Store) claimOnce(ctx context.Context, sql string, args ...any) (bool, dedup.Record, error) {
+// claimOnce runs a claiming statement (a claim or an enqueue), after lock
+// (see queryRow), until it answers with a row: won, or the record in the
+// way.
+func (s *Store) claimOnce(ctx context.Context, lock string, lockArg any, sql string, args ...any) (bool, dedup.Record, error) {
 	for range claimAttempts {
 		var won bool
 		var rec pgRecord
-		err := s.pool.QueryRow(ctx, sql, args...).Scan(append([]any{&won}, rec.targets()...)...)
+		err := s.queryRow(ctx, lock, lockArg, sql, args, append([]any{&won}, rec.targets()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
@@ -259,6 +260,52 @@ func (s *Store) claimOnce(ctx context.Context, sql string, args ...any) (bool, d
 		return false, rec.record(), nil
 	}
 	return false, dedup.Record{}, fmt.Errorf("no answer after %d attempts: the key changes hands too fast", claimAttempts)
+}
+
+// queryRow runs sql and scans its one row into dest (pgx.ErrNoRows if
+// none). Unless lock is empty, lock runs first, with lockArg, in the same
+// transaction: one of the order key locks (see lockOrderKeySQL), held
+// until sql commits and taken before sql's snapshot. Both go in one round
+// trip: a batch runs as one implicit transaction, each statement with a
+// snapshot of its own.
+func (s *Store) queryRow(ctx context.Context, lock string, lockArg any, sql string, args []any, dest ...any) error {
+	if lock == "" {
+		return s.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+	}
+	br := s.pool.SendBatch(ctx, lockThen(lock, lockArg, sql, args))
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(dest...)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// exec runs sql as queryRow does, for its command tag.
+func (s *Store) exec(ctx context.Context, lock string, lockArg any, sql string, args ...any) (pgconn.CommandTag, error) {
+	if lock == "" {
+		return s.pool.Exec(ctx, sql, args...)
+	}
+	br := s.pool.SendBatch(ctx, lockThen(lock, lockArg, sql, args))
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// lockThen is the batch of lock, then sql.
+func lockThen(lock string, lockArg any, sql string, args []any) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(lock, lockArg)
+	b.Queue(sql, args...)
+	return b
 }
 
 // Complete replaces c's in-flight record with a completed one holding res,
@@ -275,15 +322,15 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim, res dedup.Result, t
 		return err
 	}
 	status, fp, ct, body := resultColumns(res)
-	return s.owned(ctx, "complete", c.Key, c.Token, s.sql.complete, micros(ttl), status, fp, ct, body)
+	return s.owned(ctx, "complete", c.Key, c.Token, "", s.sql.complete, micros(ttl), status, fp, ct, body)
 }
 
 // owned runs a statement that changes key's row only for the owner of
-// token (its first two parameters are the key and the token; args follow):
-// ErrNotOwner unless it changed exactly one row. The upstream has acted by
-// now, so a write that failed for a reason that passes is retried (see
-// retry).
-func (s *Store) owned(ctx context.Context, op, key, token, sql string, args ...any) error {
+// token (its first two parameters are the key and the token; args follow),
+// after lock with the key (see queryRow; empty: none): ErrNotOwner unless
+// it changed exactly one row. The upstream has acted by now, so a write
+// that failed for a reason that passes is retried (see retry).
+func (s *Store) owned(ctx context.Context, op, key, token, lock, sql string, args ...any) error {
 	tok, err := storeop.CheckOwned(ctx, op, key, token)
 	if err != nil {
 		return err
@@ -292,7 +339,7 @@ func (s *Store) owned(ctx context.Context, op, key, token, sql string, args ...a
 	err = storeop.Retry(ctx, pgTransient, func(ctx context.Context) error {
 		ctx, cancel := s.bound(ctx)
 		defer cancel()
-		tag, err := s.pool.Exec(ctx, sql, args...)
+		tag, err := s.exec(ctx, lock, key, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -380,7 +427,7 @@ func (s *Store) Forget(ctx context.Context, key string) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var live bool
-	err := s.pool.QueryRow(ctx, s.sql.forget, key).Scan(&live)
+	err := s.queryRow(ctx, s.sql.lockOrderOf, key, s.sql.forget, []any{key}, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

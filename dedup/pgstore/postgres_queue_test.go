@@ -63,6 +63,341 @@ func TestPostgresLaneTakesByIndex(t *testing.T) {
 	}
 }
 
+// TestPostgresOrderedTakeByIndex: a Take behind hot keys' backlogs (each
+// a head that holds its key, thousands of its events behind it, all
+// queued before any other key's) reads a handful of rows to find the
+// other keys' heads, not the events that wait behind a head, whatever
+// holds the head back (a delivery under way, a retry's backoff, a dead
+// letter that blocks its key) and whichever lane is taken from. And the
+// head's leaving, which makes the next due, reads a handful too, for an
+// ordered event and for an unordered one.
+func TestPostgresOrderedTakeByIndex(t *testing.T) {
+	s := openPostgres(t, nil, Config{})
+	ctx := context.Background()
+	const backlog = 1000
+	// Statistics of an empty queue, as a queue filled since its last
+	// ANALYZE has: the planner takes no event for waiting.
+	if _, err := s.pool.Exec(ctx, "ANALYZE webhook_dedup_queue"); err != nil {
+		t.Fatal(err)
+	}
+	req := storetest.Request
+	hot := []string{"leased", "retrying", "blocked"}
+	for _, key := range hot {
+		req.OrderKey, req.OrderBlock = key, key == "blocked"
+		for i := range backlog {
+			if won, _, err := s.Enqueue(ctx, fmt.Sprintf("%s/%d", key, i), req, 0); err != nil || !won {
+				t.Fatalf("Enqueue = %v, %v", won, err)
+			}
+		}
+	}
+	storetest.MustEnqueue(t, s, "unordered")
+	heads := storetest.TakeFrom(t, s, dedup.AllRoutes, 10, time.Hour)
+	if len(heads) != len(hot)+1 {
+		t.Fatalf("Take = %d deliveries, want the %d hot heads and the unordered event", len(heads), len(hot))
+	}
+	leaving := map[string]dedup.Delivery{}
+	for _, d := range heads {
+		var err error
+		switch {
+		case d.Claim.Key == "unordered" || strings.HasPrefix(d.Claim.Key, "leased/"):
+			leaving[d.Claim.Key] = d
+		case strings.HasPrefix(d.Claim.Key, "retrying/"):
+			err = s.Retry(ctx, d, time.Now().Add(time.Hour), 500, "")
+		case strings.HasPrefix(d.Claim.Key, "blocked/"):
+			err = s.Fail(ctx, d, 500, "", time.Hour)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		req.OrderKey, req.OrderBlock = fmt.Sprintf("k%d", i), false
+		if won, _, err := s.Enqueue(ctx, fmt.Sprintf("k/%d", i), req, 0); err != nil || !won {
+			t.Fatalf("Enqueue = %v, %v", won, err)
+		}
+	}
+	for _, key := range []string{"leased/0", "unordered"} {
+		d := leaving[key]
+		tok, _ := codec.ParseToken(d.Claim.Token)
+		for _, tc := range []struct {
+			name string
+			sql  string
+			args []any
+		}{
+			{"completed", s.sql.succeed, []any{d.Claim.Key, tok[:], micros(time.Hour), int32(200), nil, nil, nil, attemptJSON(d, 200, ""), dedup.HistoryLen}},
+			{"dead-lettered", s.sql.fail, []any{d.Claim.Key, tok[:], int32(500), "", micros(time.Hour), attemptJSON(d, 500, ""), dedup.HistoryLen}},
+			{"forgotten", s.sql.forget, []any{d.Claim.Key}},
+		} {
+			t.Run(key+" "+tc.name, func(t *testing.T) {
+				read, _, plan := explainQueue(t, s, tc.sql, tc.args...)
+				t.Logf("read %d queue rows:\n%s", read, plan)
+				if read > 10 {
+					t.Errorf("read %d queue rows for %s to leave; plan:\n%s", read, key, plan)
+				}
+			})
+		}
+	}
+	if _, err := s.pool.Exec(ctx, "ANALYZE webhook_dedup_queue"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		sql  string
+		arg  []any
+	}{
+		{"every route", s.sql.takeAll, nil},
+		{"the route's lane", s.sql.takeRoute, []any{req.Route}},
+		{"the rest lane", s.sql.takeRest, []any{[]string{"other"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read, took, plan := explainTake(t, s, tc.sql, 10, tc.arg...)
+			t.Logf("read %d queue rows to take %d:\n%s", read, took, plan)
+			if took != 10 {
+				t.Errorf("took %d deliveries, want 10; plan:\n%s", took, plan)
+			}
+			if read > 10*took {
+				t.Errorf("read %d queue rows to take %d behind %d events of each of %d keys; plan:\n%s", read, took, backlog, len(hot), plan)
+			}
+		})
+	}
+}
+
+// TestPostgresOrderedRace: an event that waits behind the head of its
+// key is made due by whatever takes the head away, even when it is queued
+// at the moment the head leaves, so that no event waits without a head
+// (for ever: no Take would reach it). A worker takes the heads as soon as
+// they are due and settles each in one of the ways a head leaves its key.
+// On some keys, enqueuers (two to a key) queue their events at once; on
+// the others, the worker queues the next event of the key (a follow-up)
+// as the head leaves, at the same moment: the race, on every head of
+// those keys, the next event queued as the key holds no other (each key a
+// chance to catch it, as one event waiting without a head stops its key).
+// Then, with nothing under way, no event may wait without an earlier
+// place, the events are delivered to the last, each key's one at a time,
+// and each enqueuer's (and each key's follow-ups) were first delivered in
+// the order they were queued.
+func TestPostgresOrderedRace(t *testing.T) {
+	const keys, enqueuers, each, followUps = 8, 16, 10, 30
+	for _, tc := range []struct {
+		name string
+		// leave takes the head d away from its key; again asks for
+		// it to be given a new place at once, if leave can.
+		leave func(ctx context.Context, s *Store, d dedup.Delivery, again bool) error
+		// requeues: the follow-up of a head on the follow-up keys is
+		// the requeue of the dead letter of the key's head before (a
+		// new place at its end, given as the head leaves), when there
+		// is one, rather than a new event.
+		requeues bool
+	}{
+		{name: "completed", leave: func(ctx context.Context, s *Store, d dedup.Delivery, again bool) error {
+			return s.Succeed(ctx, d, dedup.Result{Status: 200}, time.Hour)
+		}},
+		{name: "dead-lettered", leave: func(ctx context.Context, s *Store, d dedup.Delivery, again bool) error {
+			return s.Fail(ctx, d, 500, "", time.Hour)
+		}},
+		{name: "forgotten", leave: func(ctx context.Context, s *Store, d dedup.Delivery, again bool) error {
+			_, err := s.Forget(ctx, d.Claim.Key)
+			return err
+		}},
+		// A requeued dead letter takes a new place at the end of the
+		// key, as an enqueue does, while the others leave theirs: each
+		// goes round once.
+		{name: "dead-lettered and requeued", requeues: true, leave: func(ctx context.Context, s *Store, d dedup.Delivery, again bool) error {
+			if err := s.Fail(ctx, d, 500, "", time.Hour); err != nil || !again {
+				return err
+			}
+			return s.Requeue(ctx, d.Claim.Key)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openPostgres(t, nil, Config{})
+			ctx := context.Background()
+			// An event's ID is its order key, its source (an enqueuer,
+			// or f for the key's follow-ups) and its number there.
+			enqueue := func(key int, source string, i int) error {
+				req := storetest.Request
+				req.OrderKey = fmt.Sprint(key)
+				id := fmt.Sprintf("%d/%s/%03d", key, source, i)
+				if won, _, err := s.Enqueue(ctx, id, req, 0); err != nil || !won {
+					return fmt.Errorf("Enqueue %s = %v, %v", id, won, err)
+				}
+				return nil
+			}
+			errs := make(chan error, enqueuers)
+			var enqueued sync.WaitGroup
+			for g := range enqueuers {
+				enqueued.Go(func() {
+					for i := range each {
+						if err := enqueue(g%keys, fmt.Sprint(g), i); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			enqueuersDone := make(chan struct{})
+			go func() { enqueued.Wait(); close(errs); close(enqueuersDone) }()
+			var delivered []string // each delivery's event, in the order taken
+			seen := map[string]bool{}
+			// take takes the due heads, at most one of each key.
+			take := func() []dedup.Delivery {
+				ds := storetest.TakeFrom(t, s, dedup.AllRoutes, keys, time.Minute)
+				taken := map[string]bool{}
+				for _, d := range ds {
+					key, _, _ := strings.Cut(d.Claim.Key, "/")
+					if taken[key] {
+						t.Fatalf("Take: two events of key %s at once (%s)", key, d.Claim.Key)
+					}
+					taken[key] = true
+					delivered = append(delivered, d.Claim.Key)
+				}
+				return ds
+			}
+			// The worker: each head taken leaves as its key's next
+			// follow-up is queued, every head of a Take at once, until
+			// the enqueuers are done and nothing is due.
+			followed := make([]int, keys)
+			requeue := make([]string, keys) // the dead letter to requeue, of each follow-up key
+			for key := range keys {
+				if err := enqueue(keys+key, "f", 0); err != nil {
+					t.Fatal(err)
+				}
+				followed[key]++
+			}
+			for {
+				done := false
+				select {
+				case <-enqueuersDone:
+					done = true
+				default:
+				}
+				ds := take()
+				if len(ds) == 0 && done {
+					break
+				}
+				failed := make(chan error, 2*len(ds))
+				var wg sync.WaitGroup
+				for _, d := range ds {
+					first := !seen[d.Claim.Key]
+					seen[d.Claim.Key] = true
+					var key int
+					if _, err := fmt.Sscanf(d.Claim.Key, "%d/", &key); err != nil {
+						t.Fatal(err)
+					}
+					key -= keys // a follow-up key's index, if not negative
+					wg.Go(func() { failed <- tc.leave(ctx, s, d, first && key < 0) })
+					switch {
+					case key < 0:
+					case requeue[key] != "":
+						id := requeue[key]
+						requeue[key] = ""
+						wg.Go(func() { failed <- s.Requeue(ctx, id) })
+					case followed[key] < followUps:
+						i := followed[key]
+						followed[key]++
+						wg.Go(func() { failed <- enqueue(keys+key, "f", i) })
+					}
+					if tc.requeues && first && key >= 0 {
+						requeue[key] = d.Claim.Key
+					}
+				}
+				wg.Wait()
+				close(failed)
+				for err := range failed {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for err := range errs {
+				t.Fatal(err)
+			}
+			// Nothing under way: every waiting event has an earlier place.
+			rows, err := s.pool.Query(ctx, `SELECT key FROM webhook_dedup_queue q WHERE failed_at IS NULL AND due_at = 'infinity'
+	AND NOT EXISTS (SELECT FROM webhook_dedup_queue h WHERE h.order_key = q.order_key AND h.order_seq < q.order_seq)`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			orphans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(orphans) > 0 {
+				t.Fatalf("%d events wait without a head, never to be taken: %v", len(orphans), orphans)
+			}
+			if st := storetest.Stats(t, s); st.Depth != 0 {
+				t.Fatalf("Depth = %d once nothing is due, want 0", st.Depth)
+			}
+			// Each source's events, first delivered in its order.
+			next := map[string]int{}
+			for _, id := range delivered {
+				cut := strings.LastIndex(id, "/")
+				from := id[:cut]
+				var i int
+				if _, err := fmt.Sscanf(id[cut+1:], "%d", &i); err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case i < next[from]: // a requeued one, again
+				case i > next[from]:
+					t.Fatalf("%s delivered before %s/%03d: %v", id, from, next[from], delivered)
+				default:
+					next[from]++
+				}
+			}
+			if got, want := len(next), enqueuers+keys; got != want {
+				t.Errorf("events of %d sources delivered, want %d", got, want)
+			}
+			for from, n := range next {
+				if want := map[bool]int{true: followUps, false: each}[strings.HasSuffix(from, "/f")]; n != want {
+					t.Errorf("%s: %d events delivered, want %d", from, n, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPostgresOrderedQueuedBefore: the events the release before queued
+// behind the head of their key were due at once, not waiting; Take still
+// holds each back until the events before it in its key have left, and
+// takes it then, in order, whichever way the head left.
+func TestPostgresOrderedQueuedBefore(t *testing.T) {
+	s := openPostgres(t, nil, Config{})
+	ctx := context.Background()
+	req := storetest.Request
+	req.OrderKey = "a"
+	ids := []string{"a1", "a2", "a3", "a4"}
+	for _, id := range ids {
+		if won, _, err := s.Enqueue(ctx, id, req, 0); err != nil || !won {
+			t.Fatalf("Enqueue %s = %v, %v", id, won, err)
+		}
+	}
+	// As the release before left them: due when accepted.
+	tag, err := s.pool.Exec(ctx, `UPDATE webhook_dedup_queue SET due_at = accepted_at WHERE due_at = 'infinity'`)
+	if err != nil || tag.RowsAffected() != int64(len(ids)-1) {
+		t.Fatalf("making the events behind the head due: %v, %v", tag, err)
+	}
+	leave := []func(d dedup.Delivery) error{
+		func(d dedup.Delivery) error { return s.Succeed(ctx, d, dedup.Result{Status: 200}, time.Hour) },
+		func(d dedup.Delivery) error { return s.Fail(ctx, d, 500, "", time.Hour) },
+		func(d dedup.Delivery) error { _, err := s.Forget(ctx, d.Claim.Key); return err },
+		func(d dedup.Delivery) error { return s.Succeed(ctx, d, dedup.Result{Status: 200}, time.Hour) },
+	}
+	for i, id := range ids {
+		ds := storetest.Take(t, s, 10, time.Minute)
+		if len(ds) != 1 || ds[0].Claim.Key != id {
+			var got []string
+			for _, d := range ds {
+				got = append(got, d.Claim.Key)
+			}
+			t.Fatalf("Take = %v, want %s alone", got, id)
+		}
+		if err := leave[i](ds[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // enqueueOn enqueues n events accepted on route, eight at a time.
 func enqueueOn(t *testing.T, s *Store, route string, n int) {
 	t.Helper()
@@ -87,11 +422,20 @@ func enqueueOn(t *testing.T, s *Store, route string, n int) {
 	}
 }
 
-// explainTake runs a take statement (n deliveries, then arg, its lane)
-// under EXPLAIN ANALYZE in a transaction it rolls back, and returns the
-// queue rows its plan read (returned by a scan or removed by its filter,
-// over every loop), the rows it took, and the plan's scans, for messages.
-func explainTake(t *testing.T, s *Store, sql string, n int, arg any) (read, took int, plan string) {
+// explainTake runs a take statement (n deliveries, then arg, its lane if
+// it names one) under explainQueue.
+func explainTake(t *testing.T, s *Store, sql string, n int, arg ...any) (read, took int, plan string) {
+	t.Helper()
+	tok := codec.NewToken()
+	return explainQueue(t, s, sql, append([]any{n, tok[:], micros(storetest.Lease)}, arg...)...)
+}
+
+// explainQueue runs a statement under EXPLAIN ANALYZE in a transaction it
+// rolls back, and returns the queue rows its plan read (returned by a scan
+// or removed by its filter, over every loop), the rows its last change
+// returned (a take's: the rows it took), and the plan's scans, for
+// messages.
+func explainQueue(t *testing.T, s *Store, sql string, args ...any) (read, took int, plan string) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
@@ -99,9 +443,8 @@ func explainTake(t *testing.T, s *Store, sql string, n int, arg any) (read, took
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	tok := codec.NewToken()
 	var out []struct{ Plan planNode }
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, n, tok[:], micros(storetest.Lease), arg).Scan(&out); err != nil {
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
 		t.Fatalf("EXPLAIN: %v", err)
 	}
 	if len(out) != 1 {

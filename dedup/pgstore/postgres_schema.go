@@ -96,7 +96,10 @@ CREATE INDEX IF NOT EXISTS %[1]squeue_lane ON %[1]squeue (route, due_at) WHERE f
 -- that the places follow the commits; NULL once it left the key), and
 -- whether its dead letter keeps its place (ORDER_ON_FAILURE=block). Take
 -- passes over an event while its key holds an earlier place, which the
--- order index finds in one probe.
+-- order index finds in one probe. An event behind the head of its key
+-- waits, due_at infinity, out of the due and lane indexes' ranges, until
+-- the head leaves (see postgres_queue.go): nothing to add for it, and the
+-- events queued before, due at once, are still held back by that probe.
 ALTER TABLE %[1]squeue ADD COLUMN IF NOT EXISTS order_key text,
 	ADD COLUMN IF NOT EXISTS order_seq bigint,
 	ADD COLUMN IF NOT EXISTS order_block boolean NOT NULL DEFAULT false;
@@ -162,6 +165,7 @@ type statements struct {
 	enqueue, succeed, succeeded, retry, fail, requeue     string
 	takeAll, takeRoute, takeRest, extend                  string
 	deadLetters, stats, notify                            string
+	lockOrderKey, lockOrderOf                             string
 	events                                                [4]string // by dedup.State - Completed (eventsSQL)
 	owner                                                 string
 }
@@ -178,7 +182,7 @@ const recordColumns = `CASE WHEN q.key IS NULL THEN r.state
 	CASE WHEN r.expires_at = 'infinity' THEN 0 ELSE (extract(epoch FROM r.expires_at - now()) * 1000000)::bigint END,
 	r.status, r.fingerprint, r.content_type, r.body,
 	coalesce(q.attempts, r.attempts), q.last_status, q.last_error,
-	CASE WHEN q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()) THEN q.due_at END,
+	CASE WHEN q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()) AND q.due_at < 'infinity' THEN q.due_at END,
 	CASE WHEN q.order_seq IS NOT NULL AND q.failed_at IS NULL THEN (SELECT h.key FROM %[1]squeue h
 		WHERE h.order_key = q.order_key AND h.order_seq < q.order_seq ORDER BY h.order_seq LIMIT 1) END`
 
@@ -241,7 +245,7 @@ WHERE key = $1 AND token = $2 AND (
 		lookup: f(`SELECT ` + recordColumns + `, r.history
 FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key
 WHERE r.key = $1 AND r.expires_at > now()`),
-		forget: f(`DELETE FROM %[1]srecords WHERE key = $1 RETURNING expires_at > now()`),
+		forget: f(forgetSQL),
 		// The tables, as this version writes them: the queue's columns
 		// added since the first release included, so that a database
 		// not migrated since is not taken for ready. Not the lane index:
@@ -253,20 +257,22 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		// long lock), skipping rows a claim is taking over right now.
 		prune: f(`DELETE FROM %[1]srecords WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM %[1]srecords WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`),
-		enqueue:     f(enqueueSQL),
-		takeAll:     f(takeAllSQL),
-		takeRoute:   f(takeRouteSQL),
-		takeRest:    f(takeRestSQL),
-		extend:      f(extendSQL),
-		succeed:     f(succeedSQL),
-		succeeded:   f(`SELECT EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND state = 2 AND token = $2 AND expires_at > now())`),
-		retry:       f(retrySQL),
-		fail:        f(failSQL),
-		requeue:     f(requeueSQL),
-		deadLetters: f(deadLettersSQL),
-		stats:       f(statsSQL),
-		events:      eventStatements(f),
-		notify:      notifyChannel(p),
+		enqueue:      f(enqueueSQL),
+		takeAll:      f(takeAllSQL),
+		takeRoute:    f(takeRouteSQL),
+		takeRest:     f(takeRestSQL),
+		extend:       f(extendSQL),
+		succeed:      f(succeedSQL),
+		succeeded:    f(`SELECT EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND state = 2 AND token = $2 AND expires_at > now())`),
+		retry:        f(retrySQL),
+		fail:         f(failSQL),
+		requeue:      f(requeueSQL),
+		lockOrderKey: lockOrderKeySQL,
+		lockOrderOf:  f(lockOrderOfSQL),
+		deadLetters:  f(deadLettersSQL),
+		stats:        f(statsSQL),
+		events:       eventStatements(f),
+		notify:       notifyChannel(p),
 		// The owner of a key prefix: this app if it had none. The
 		// snapshot caveat of a claim holds: a concurrent first owner may
 		// make it answer nothing, and the caller asks again.
