@@ -343,8 +343,11 @@ func paused(t *testing.T, m *Metrics, route string) float64 {
 
 // TestWorkersRateKeepsAge: events waiting for the rate's turn are not
 // dead-lettered for their age: the wait does not count towards MaxAge.
+// The last event waits about 2×events turns, several times maxAge; maxAge
+// itself is what two attempts on loopback take, with room for a loaded
+// machine (at 100 ms turns and 250 ms it failed at load 15).
 func TestWorkersRateKeepsAge(t *testing.T) {
-	const interval, maxAge, events = 100 * time.Millisecond, 250 * time.Millisecond, 6
+	const interval, maxAge, events = 300 * time.Millisecond, time.Second, 6
 	app := newRateApp(t, failFirst)
 	q := newQueue(t)
 	enqueueRoute(t, q, "/r", events)
