@@ -197,12 +197,13 @@ func inbound(req dedup.Request, attempt int) (*http.Request, error) {
 }
 
 // attempt delivers h's event once, in lane l, and settles it; probe says
-// that l's breaker let it out as its probe.
-func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool) {
+// that l's breaker let it out as its probe, and start is when its lane's
+// pacer let it start (pacer.waitFor): the attempt's start, as its history
+// records it (attempts_history's at), which the rate spaces.
+func (w *Workers) attempt(ctx context.Context, l *lane, h *held, probe bool, start time.Time) {
 	d := h.use()
 	ctx, span := w.startAttempt(ctx, d)
 	defer span.end()
-	start := w.cfg.Now()
 	fields := []zap.Field{zap.String("event", d.Claim.Key), zap.Int("attempt", d.Attempt)}
 	// How the event is settled, as the proxy decided when it accepted it.
 	route, ttl, namespace := d.Request.Route, d.Request.TTL, d.Request.Namespace

@@ -368,8 +368,8 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 					// next of the same event held meanwhile, one of its
 					// own. A wait cut short by shutdown goes on to the
 					// attempt, which puts the event back, due at once.
-					_ = l.pace.waitFor(attemptCtx, turn)
-					w.attempt(attemptCtx, l, h, probe)
+					start, _ := l.pace.waitFor(attemptCtx, turn)
+					w.attempt(attemptCtx, l, h, probe, start)
 					probe = false
 					if h = w.holding.release(h); h != nil {
 						turn = l.pace.turn()

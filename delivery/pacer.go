@@ -14,7 +14,10 @@ import (
 //
 // Each delivery gets its turn as it is taken (turn), and its attempt
 // waits for that turn (waitFor) however long ago it was taken, so none
-// gets by. The lane takes only what can start soon (room): a delivery
+// gets by; and it starts only a full interval after the attempt that
+// started before it (last), checked as it starts: turns handed out in
+// time can be run late (a worker the CPU reached late), and would then
+// start together. The lane takes only what can start soon (room): a delivery
 // taken is leased and its attempt counted by the store, so one taken
 // long before its turn would hold its lease for nothing, and count an
 // attempt the app never saw if the process stopped first; the rest stays
@@ -33,6 +36,9 @@ type pacer struct {
 	mu sync.Mutex
 	// next is when the turn after those handed out starts.
 	next time.Time
+	// last is when the latest attempt started (waitFor let it go); zero
+	// before the first.
+	last time.Time
 	// pausedUntil is the end of the app's pause; zero or past: none.
 	pausedUntil time.Time
 	// held is when a new attempt would have had to wait.
@@ -80,11 +86,13 @@ func (p *pacer) room(want int) (int, time.Duration) {
 	return min(want, 1+int(limit.Sub(first)/p.interval)), 0
 }
 
-// waitFor returns once turn has come, or with ctx's error when ctx ends
-// first. A pause that began after the turn was handed out is waited for
-// too, then a turn after it: a pause is never overtaken by turns handed
-// out before it.
-func (p *pacer) waitFor(ctx context.Context, turn time.Time) error {
+// waitFor returns once turn has come, and a full interval has passed
+// since the attempt that started before, with the moment it lets this
+// one start: the attempt's start, which the next one is spaced from. It
+// returns with ctx's error when ctx ends first. A pause that began after
+// the turn was handed out is waited for too, then a turn after it: a
+// pause is never overtaken by turns handed out before it.
+func (p *pacer) waitFor(ctx context.Context, turn time.Time) (time.Time, error) {
 	for {
 		if d := turn.Sub(p.now()); d > 0 {
 			t := time.NewTimer(d)
@@ -95,20 +103,34 @@ func (p *pacer) waitFor(ctx context.Context, turn time.Time) error {
 			t.Stop()
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return p.now(), err
 		}
 		p.mu.Lock()
-		paused := p.pausedUntil.After(p.now())
-		p.mu.Unlock()
-		if !paused {
-			return nil
+		now := p.now()
+		switch {
+		case p.pausedUntil.After(now):
+			p.mu.Unlock()
+			turn = p.turn()
+		case p.interval > 0 && !p.last.IsZero() && now.Sub(p.last) < p.interval:
+			// Its turn came, but late: another attempt started less
+			// than an interval ago. It waits for the interval to be
+			// over rather than start beside it.
+			turn = p.last.Add(p.interval)
+			p.mu.Unlock()
+		default:
+			p.last = now
+			// The turns handed out from now on come after this start.
+			if next := now.Add(p.interval); next.After(p.next) {
+				p.next = next
+			}
+			p.mu.Unlock()
+			return now, nil
 		}
-		turn = p.turn()
 	}
 }
 
 // wait is waitFor the next turn.
-func (p *pacer) wait(ctx context.Context) error { return p.waitFor(ctx, p.turn()) }
+func (p *pacer) wait(ctx context.Context) (time.Time, error) { return p.waitFor(ctx, p.turn()) }
 
 // pause holds every new attempt back until until (a later pause already
 // set stands).

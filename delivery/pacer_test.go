@@ -29,7 +29,7 @@ func TestPacerSpacing(t *testing.T) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			if err := p.wait(context.Background()); err != nil {
+			if _, err := p.wait(context.Background()); err != nil {
 				t.Error(err)
 			}
 			passed <- time.Now()
@@ -46,6 +46,51 @@ func TestPacerSpacing(t *testing.T) {
 		if d < time.Duration(k)*interval {
 			t.Errorf("attempt %d passed after %s, want no sooner than %s (all: %v)", k, d, time.Duration(k)*interval, at)
 		}
+	}
+}
+
+// TestPacerLateTurns: turns handed out on time but waited for late (the
+// workers that hold them reached by the CPU only after all of them had
+// come) still start one interval apart, each start reported as it
+// happens, rather than all at once.
+func TestPacerLateTurns(t *testing.T) {
+	const interval, n = 30 * time.Millisecond, 5
+	p := &pacer{interval: interval, now: time.Now}
+	turns := make([]time.Time, n)
+	for i := range turns {
+		turns[i] = p.turn()
+	}
+	// Every turn has come before any worker waits for its own.
+	<-time.After(time.Until(turns[n-1].Add(interval)))
+	starts := make(chan [2]time.Time, n)
+	var wg sync.WaitGroup
+	for _, turn := range turns {
+		wg.Go(func() {
+			start, err := p.waitFor(context.Background(), turn)
+			if err != nil {
+				t.Error(err)
+			}
+			starts <- [2]time.Time{start, time.Now()}
+		})
+	}
+	wg.Wait()
+	close(starts)
+	var at []time.Time
+	for s := range starts {
+		if s[1].Before(s[0]) {
+			t.Errorf("start reported as %s, after waitFor returned at %s", s[0], s[1])
+		}
+		at = append(at, s[0])
+	}
+	slices.SortFunc(at, func(x, y time.Time) int { return x.Compare(y) })
+	for k := 1; k < len(at); k++ {
+		if gap := at[k].Sub(at[k-1]); gap < interval {
+			t.Errorf("start %d came %s after the one before, want at least the interval %s", k, gap, interval)
+		}
+	}
+	// A turn handed out now comes after the last start.
+	if turn := p.turn(); turn.Before(at[n-1].Add(interval)) {
+		t.Errorf("a turn handed out after the late starts begins %s before the interval after the last", at[n-1].Add(interval).Sub(turn))
 	}
 }
 
@@ -67,7 +112,7 @@ func TestPacerPause(t *testing.T) {
 			done := make(chan time.Time, len(turns))
 			for _, turn := range turns {
 				go func() {
-					_ = p.waitFor(context.Background(), turn)
+					_, _ = p.waitFor(context.Background(), turn)
 					done <- time.Now()
 				}()
 			}
@@ -92,7 +137,7 @@ func TestPacerCancel(t *testing.T) {
 	p.pause(time.Now().Add(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if err := p.wait(ctx); err == nil {
+	if _, err := p.wait(ctx); err == nil {
 		t.Fatal("wait returned nil during an hour's pause")
 	}
 	if p.holding() != true {

@@ -1,8 +1,10 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"testing"
@@ -30,6 +32,36 @@ func (a *scriptedApp) arrivalTimes() []time.Time {
 	return all
 }
 
+// startTimes is when the proxy started each attempt of events 0…n-1 of
+// p, in time order, as each event's attempts_history records it (the
+// moment the route's pacer let the attempt start, to the millisecond):
+// what a rate= promises about.
+func (p *proxy) startTimes(t testing.TB, pv provider, n int) []time.Time {
+	t.Helper()
+	var all []time.Time
+	for i := range n {
+		id := pv.Event(i).ID
+		a := p.adminDo(t, http.MethodGet, "/v1/events/"+url.PathEscape(namespace(pv))+"/"+url.PathEscape(id), adminToken)
+		var ev struct {
+			History []struct {
+				At string `json:"at"`
+			} `json:"attempts_history"`
+		}
+		if a.Status != http.StatusOK || json.Unmarshal(a.Body, &ev) != nil {
+			t.Fatalf("GET event %s: %s", id, a)
+		}
+		for _, h := range ev.History {
+			at, err := time.Parse(time.RFC3339Nano, h.At)
+			if err != nil {
+				t.Fatalf("event %s: attempts_history at %q: %v", id, h.At, err)
+			}
+			all = append(all, at)
+		}
+	}
+	slices.SortFunc(all, func(x, y time.Time) int { return x.Compare(y) })
+	return all
+}
+
 // mostWithin is the most of ts (sorted) within any window of length d.
 func mostWithin(ts []time.Time, d time.Duration) int {
 	most, j := 0, 0
@@ -43,13 +75,21 @@ func mostWithin(ts []time.Time, d time.Duration) int {
 }
 
 // TestAsyncRouteRate: rate=10/s spaces a route's attempts, retries
-// included, as the app sees them: 40 events queued at once, every fourth
-// failing its first attempt, reach the app with no second holding more
-// than 11 attempts (N, and the one extra a rate allows at the start of a
-// window), spread over no less than the rate's time for them all; the
+// included, as the proxy starts them: 40 events queued at once, every
+// fourth failing its first attempt, are attempted with no second holding
+// more than 11 starts (N, and the one extra a rate allows at the start of
+// a window), spread over no less than the rate's time for them all; the
 // route reads paused, and its queue's depth the whole queue's, while its
-// events wait their turn, and not paused once they are all delivered. On each store that keeps a queue in one process's
-// reach (DATA_DIR) and one shared (Redis).
+// events wait their turn, and not paused once they are all delivered. On
+// each store that keeps a queue in one process's reach (DATA_DIR) and one
+// shared (Redis).
+//
+// The starts are the proxy's own, from each event's attempts_history:
+// the promise is about them. What the app sees is logged beside them, not
+// checked: each attempt reaches it later by the time its connection and
+// the scheduling of both processes take, which on a loaded machine varies
+// by more than an interval, so attempts started on time may arrive
+// bunched (docs/ordering.md says so).
 func TestAsyncRouteRate(t *testing.T) {
 	t.Parallel()
 	const events, rate = 40, 10
@@ -90,17 +130,25 @@ func TestAsyncRouteRate(t *testing.T) {
 				}
 				return nil
 			})
-			all := app.arrivalTimes()
+			// Every attempt is in its event's history once the event is
+			// completed: the history is written with the outcome.
+			for i := range events {
+				px.awaitState(t, acme, acme.Event(i).ID, "completed", px.bounds().delivered(1))
+			}
+			all := px.startTimes(t, acme, events)
 			if len(all) != attempts {
-				t.Errorf("%d attempts, want %d", len(all), attempts)
+				t.Fatalf("%d attempts in the events' histories, want %d", len(all), attempts)
 			}
 			if most := mostWithin(all, time.Second); most > rate+1 {
-				t.Errorf("%d attempts within a second, want at most %d", most, rate+1)
+				t.Errorf("%d attempts started within a second, want at most %d", most, rate+1)
 			}
 			if span, least := all[len(all)-1].Sub(all[0]), time.Duration(attempts-2)*interval; span < least {
-				t.Errorf("%d attempts over %s, want no less than %s at %d/s", len(all), span, least, rate)
+				t.Errorf("%d attempts started over %s, want no less than %s at %d/s", len(all), span, least, rate)
 			}
-			t.Logf("%d attempts over %s, at most %d within a second", len(all), all[len(all)-1].Sub(all[0]).Round(time.Millisecond), mostWithin(all, time.Second))
+			arrived := app.arrivalTimes()
+			t.Logf("%d attempts started over %s, at most %d within a second; the app saw %d over %s, at most %d within a second",
+				len(all), all[len(all)-1].Sub(all[0]).Round(time.Millisecond), mostWithin(all, time.Second),
+				len(arrived), arrived[len(arrived)-1].Sub(arrived[0]).Round(time.Millisecond), mostWithin(arrived, time.Second))
 			await(t, px.bounds().observed(), func() error {
 				if v := sample(px.metrics(t), "webhook_dedup_route_paused", map[string]string{"route": acme.Path}); v != 0 {
 					return fmt.Errorf("webhook_dedup_route_paused{route=%q} = %v once all is delivered, want 0", acme.Path, v)

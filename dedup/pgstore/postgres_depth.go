@@ -30,7 +30,12 @@ import (
 // the read ran), and a Take only when it began after the read ended:
 // the reckoning is never below what this process alone made of the
 // depth, so this process alone never passes the bound, however its
-// events arrive. What it does not see before its next read is the other
+// events arrive. What it may have counted twice (doubt) is kept too: a
+// refusal that would not stand without it reads the depth again at
+// once, rather than after the pause, so that this process alone never
+// refuses below the bound either (the changes it made while a read ran
+// are as many as it made then: under load, a read that waited long for
+// the CPU overlapped as many enqueues, which refused as many too early). What it does not see before its next read is the other
 // replicas' work: the events they made wait (their acceptances, retries
 // and requeues) and the leases that ran out since the read (a replica
 // that died) are the slack by which the queue may pass the bound; the
@@ -60,6 +65,12 @@ type depthView struct {
 	// the read.
 	taken int
 	epoch uint64
+	// doubt is how much of the reckoning the read in read may have
+	// counted already, or counted as waiting when it was not: the
+	// events raised from its beginning to its end, the enqueues under
+	// way at its end, and the deliveries leased by Takes begun before it
+	// was applied.
+	doubt int
 }
 
 // depthRead marks a read of the depth as it begins.
@@ -88,15 +99,30 @@ func (v *depthView) admit(maxDepth int, now time.Time) (ok, stale bool) {
 		if !v.known {
 			return false, true
 		}
-		if v.read+int(v.raised-v.base)+v.pending-v.taken >= maxDepth {
-			return false, v.staleAt(now)
+		if v.reckoned() >= maxDepth {
+			return false, v.dueAt(maxDepth, now)
 		}
 	}
 	v.pending++
 	return true, false
 }
 
-// staleAt reports whether a read is due at now. v.mu must be held.
+// reckoned is the depth as this process reckons it. v.mu must be held.
+func (v *depthView) reckoned() int {
+	return v.read + int(v.raised-v.base) + v.pending - v.taken
+}
+
+// dueAt reports whether a read is due at now for an enqueue bounded by
+// maxDepth: none yet, the last one older than its pause, or a refusal
+// that stands only by what the reckoning may have counted twice. v.mu
+// must be held.
+func (v *depthView) dueAt(maxDepth int, now time.Time) bool {
+	depth := v.reckoned()
+	return v.staleAt(now) || depth >= maxDepth && depth-v.doubt < maxDepth
+}
+
+// staleAt reports whether a read is due at now by its age. v.mu must be
+// held.
 func (v *depthView) staleAt(now time.Time) bool {
 	return !v.known || now.Sub(v.readEnd) >= max(depthReadEvery, depthReadIdle*v.readTook)
 }
@@ -134,6 +160,8 @@ func (v *depthView) took(epoch uint64, n int) {
 	defer v.mu.Unlock()
 	if epoch == v.epoch {
 		v.taken += n
+	} else {
+		v.doubt += n
 	}
 }
 
@@ -156,6 +184,7 @@ func (v *depthView) endRead(r depthRead, depth int, now time.Time) {
 	v.read, v.known, v.applied, v.base = depth, true, r.n, r.base
 	v.readEnd, v.readTook = now, now.Sub(r.start)
 	v.taken = 0
+	v.doubt = int(v.raised-r.base) + v.pending
 	v.epoch++
 }
 
@@ -166,23 +195,24 @@ func (v *depthView) isKnown() bool {
 	return v.known
 }
 
-// stale reports whether a read is due now.
-func (v *depthView) stale(now time.Time) bool {
+// due is dueAt, v.mu taken.
+func (v *depthView) due(maxDepth int, now time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.staleAt(now)
+	return v.dueAt(maxDepth, now)
 }
 
 // admit lets an enqueue through if the queue has room for it as the
 // depth view reckons (see depthView), reading the depth first when the
 // view has none yet, or when it finds the queue full on a read that is
-// due again. An admitted enqueue is answered to the view (answered).
+// due again or on what it may have counted twice. An admitted enqueue is
+// answered to the view (answered).
 func (s *Store) admit(ctx context.Context, maxDepth int) (bool, error) {
 	ok, stale := s.depth.admit(maxDepth, time.Now())
 	if ok || !stale {
 		return ok, nil
 	}
-	if err := s.readDepth(ctx); err != nil {
+	if err := s.readDepth(ctx, maxDepth); err != nil {
 		return false, err
 	}
 	ok, _ = s.depth.admit(maxDepth, time.Now())
@@ -192,7 +222,7 @@ func (s *Store) admit(ctx context.Context, maxDepth int) (bool, error) {
 // readDepth reads the depth for the view (Stats), one read at a time:
 // while one is under way, a caller that has a reckoning goes by it rather
 // than wait, and one that waited finds it read.
-func (s *Store) readDepth(ctx context.Context) error {
+func (s *Store) readDepth(ctx context.Context, maxDepth int) error {
 	if !s.reading.TryLock() {
 		if s.depth.isKnown() {
 			return nil
@@ -200,7 +230,7 @@ func (s *Store) readDepth(ctx context.Context) error {
 		s.reading.Lock()
 	}
 	defer s.reading.Unlock()
-	if !s.depth.stale(time.Now()) {
+	if !s.depth.due(maxDepth, time.Now()) {
 		return nil
 	}
 	_, err := s.Stats(ctx)
