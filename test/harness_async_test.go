@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,20 +123,53 @@ func queueEvents(t *testing.T, px *proxy, p provider, n int) []string {
 // awaitEffects polls until every key has taken effect at least once.
 func awaitEffects(t testing.TB, app *upstream, keys []string, deadline time.Duration) {
 	t.Helper()
+	awaitEffectsOr(t, app, keys, deadline, func(k string) string { return k })
+}
+
+// awaitEffects is the function awaitEffects with, for each event missing at the
+// deadline, its record as the admin API shows it (state, attempts,
+// next_attempt_at, attempts_history): whether it was lost (unknown to the
+// store) or only slow (queued, retrying, leased) is then in the failure
+// itself.
+func (p *proxy) awaitEffects(t testing.TB, app *upstream, keys []string, deadline time.Duration) {
+	t.Helper()
+	awaitEffectsOr(t, app, keys, deadline, func(k string) string {
+		name, id, _ := strings.Cut(k, ":")
+		for _, pv := range allProviders {
+			if pv.Name == name {
+				a := p.adminDo(t, http.MethodGet, "/v1/events/"+url.PathEscape(namespace(pv))+"/"+url.PathEscape(id), adminToken)
+				if a.Status == http.StatusNotFound {
+					return k + ": unknown to the store (lost)"
+				}
+				return fmt.Sprintf("%s: %d %s", k, a.Status, a.Body)
+			}
+		}
+		return k
+	})
+}
+
+// awaitEffectsOr polls until every key has taken effect at least once,
+// and fails with describe's line for each that has not by deadline.
+func awaitEffectsOr(t testing.TB, app *upstream, keys []string, deadline time.Duration, describe func(key string) string) {
+	t.Helper()
 	end := time.Now().Add(deadline)
 	for {
 		effects := app.EffectsSnapshot()
-		missing := 0
+		var missing []string
 		for _, k := range keys {
 			if effects[k] == 0 {
-				missing++
+				missing = append(missing, k)
 			}
 		}
-		if missing == 0 {
+		if len(missing) == 0 {
 			return
 		}
 		if time.Now().After(end) {
-			t.Fatalf("%d of %d events never took effect within %s", missing, len(keys), deadline)
+			lines := make([]string, len(missing))
+			for i, k := range missing {
+				lines[i] = describe(k)
+			}
+			t.Fatalf("%d of %d events never took effect within %s:\n%s", len(missing), len(keys), deadline, strings.Join(lines, "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

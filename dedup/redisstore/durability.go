@@ -42,11 +42,14 @@ func (d Durability) String() string {
 			"(appendfsync everysec or always) and maxmemory-policy is noeviction, or a restart or a full memory can lose events already answered 202"
 	case len(d.Problems) == 0 && d.FromInfo:
 		return "appendonly yes, maxmemory-policy noeviction (read from INFO: CONFIG GET was refused, so appendfsync is unknown; " +
-			"with everysec a crash of the machine can lose the last second of events, with no the last 30 seconds or so): accepted events survive a Redis restart"
+			"with everysec a kill of Redis while its disk is slow, or a crash of the machine, can lose the last 2 seconds of events, with no the last 30 seconds or so): accepted events survive a Redis restart"
 	case len(d.Problems) == 0:
 		v := "appendonly yes, appendfsync " + d.AppendFsync + ", maxmemory-policy noeviction: accepted events survive a Redis restart"
 		if d.AppendFsync == "everysec" {
-			v += " (a crash of the machine can lose the last second of them)"
+			// Redis answers a write before it is in the file while an
+			// fsync is under way (for up to 2 s on a slow disk): a kill
+			// of Redis loses those too, not only a crash of the machine.
+			v += " (a kill of Redis while its disk is slow, or a crash of the machine, can lose the last 2 seconds of them; appendfsync always keeps them)"
 		}
 		return v
 	default:

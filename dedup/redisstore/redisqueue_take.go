@@ -29,6 +29,11 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	lost := s.lost.claim(laneID(lane))
+	// Whether the group was seen before this Take was sent: one found
+	// missing then was lost. Read later, a Take of another lane that ran
+	// after this one's recreation (and found the group) would have set it,
+	// and a new queue would be logged as one Redis lost.
+	seen := s.groupSeen.Load()
 	out, missing, err := s.take(ctx, lane, n, lease, lost)
 	if err != nil {
 		s.lost.restore(lost)
@@ -39,7 +44,7 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		// its stream lost, and take what is left to take. What was
 		// taken already is handed out whatever happens next: its
 		// leases are written.
-		err := s.recreateGroups(ctx)
+		err := s.recreateGroups(ctx, seen)
 		if err == nil && len(out) < n {
 			var more []dedup.Delivery
 			more, _, err = s.take(ctx, lane, n-len(out), lease, nil)
@@ -188,8 +193,10 @@ func (s *Store) pruneConsumers(ctx context.Context, idle time.Duration) (int64, 
 // streams): on a new Redis, or one that lost its data (restarted without
 // persistence, failed over to a replica that had not received the group,
 // or flushed). Events still listed as open are queued again; the log says
-// what happened.
-func (s *Store) recreateGroups(ctx context.Context) error {
+// what happened: a loss if seen (a Take of this process had found the
+// group before the one that found it missing was sent) or events were
+// queued again, else a new queue.
+func (s *Store) recreateGroups(ctx context.Context, seen bool) error {
 	v, err := queueRecoverScript.Run(ctx, s.scripts, append(s.queue.laneKeys(), s.queue.open), queueGroup, s.queue.tag).Slice()
 	if err != nil {
 		return fmt.Errorf("recreate the consumer groups and queue the open events again: %w", err)
@@ -203,7 +210,7 @@ func (s *Store) recreateGroups(ctx context.Context) error {
 	switch {
 	case created == 0 && n == 0:
 		// Another process recreated them first, and says so.
-	case s.groupSeen.Load() || n > 0:
+	case seen || n > 0:
 		s.log.Error("the async queue's consumer group was missing from Redis, which lost data this proxy had written "+
 			"(a restart without persistence, a failover to a replica that had not received it, or a flush); recreated it. "+
 			"Events accepted before and not yet delivered are lost unless their records survived; those that did are queued again",

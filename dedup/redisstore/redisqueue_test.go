@@ -154,12 +154,7 @@ func deadLetters(t *testing.T, s dedup.Queue) []dedup.DeadLetter {
 // delivered, and the loss is logged at error level.
 func TestRedisQueueGroupLost(t *testing.T) {
 	srv := redistest.New(t)
-	core, logs := observer.New(zap.InfoLevel)
-	s, err := Open(Config{URL: srv.URL(), Logger: zap.New(core)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s, logs := observedStore(t, srv)
 	raw := rawClient(t, srv)
 	ctx := context.Background()
 	stream := s.queue.stream(storetest.Request.Route)
@@ -378,4 +373,48 @@ func TestRedisQueueUnreadableRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.CheckUnreadable(t, s.Backend())
+}
+
+// TestRedisQueueNewGroupNotLost: on a new Redis, every lane's first Take
+// finds no consumer group, and the first to recreate it logs a new queue
+// at info. Two Takes per lane and a lane per route run at once, so a Take
+// of another lane may run after that recreation, find the group, and say
+// so (groupSeen) before the recreating Take logs: the log must not then
+// call the new queue one Redis lost (it did, at error level, on a loaded
+// machine: TestAsyncRedisDurabilityLogged failed on it). The interleaving
+// is played here step by step: the Take's script, the other Take's
+// effect, then the recreation and its log line.
+func TestRedisQueueNewGroupNotLost(t *testing.T) {
+	srv := redistest.New(t)
+	s, logs := observedStore(t, srv)
+	ctx := context.Background()
+
+	seen := s.groupSeen.Load()
+	_, missing, err := s.take(ctx, dedup.Lane{Route: "/a"}, 1, storetest.Lease, nil)
+	if err != nil || !missing {
+		t.Fatalf("the first Take on a new Redis = missing %v, %v; want the group missing", missing, err)
+	}
+	s.groupSeen.Store(true) // a Take of another lane, run after the recreation below
+	if err := s.recreateGroups(ctx, seen); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.FilterLevelExact(zap.ErrorLevel).Len(); n != 0 {
+		t.Errorf("a new queue logged %d errors, want none: %v", n, logs.All())
+	}
+	if n := logs.FilterMessageSnippet("created the async queue's consumer group").Len(); n != 1 {
+		t.Errorf("logged the new queue's group %d times, want 1: %v", n, logs.All())
+	}
+}
+
+// observedStore opens a store on srv whose log, from info up, the test
+// reads.
+func observedStore(t *testing.T, srv *redistest.Server) (*Store, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	s, err := Open(Config{URL: srv.URL(), Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, logs
 }

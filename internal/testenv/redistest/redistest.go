@@ -114,6 +114,24 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
+// Shutdown stops the server as a restart does (SIGTERM): Redis writes and
+// fsyncs its append-only file before it exits, so everything it
+// acknowledged is there when it starts again. Stop (SIGKILL) gives no such
+// chance: with appendfsync everysec, Redis answers a write before it is in
+// the file while an fsync is still under way (a slow disk), and a kill
+// then loses it.
+func (s *Server) Shutdown() {
+	s.t.Helper()
+	if s.cmd == nil {
+		return
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		s.t.Fatalf("shut down redis-server on %s: %v", s.Addr, err)
+	}
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
 // Pause stops the process (SIGSTOP) without killing it: its connections
 // stay open but nothing it is sent is read or answered, as with a server
 // stuck on a slow disk or a long GC-like stall.
