@@ -53,12 +53,27 @@ type browser struct {
 // traffic of its own, allowing requests to hosts only.
 func newBrowser(t *testing.T, hosts ...string) *browser {
 	t.Helper()
+	// The profile is a folder of its own rather than t.TempDir: Chromium's
+	// helper processes can still write into it for a moment after the
+	// browser is gone, and t.TempDir's cleanup then fails the test
+	// ("directory not empty"). It is removed once they are done, after
+	// the browser's own cleanups (registered below, so run before).
+	profile, err := os.MkdirTemp("", "webhook-dedup-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 900),
 	}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
 	t.Cleanup(cancelAlloc)
