@@ -527,17 +527,9 @@ func (c *lateTimer) Deadline() (time.Time, bool) { return c.deadline, true }
 // conformance case's first operation is not the place to find that out.
 func warm(t *testing.T, s *Store) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	storetest.Eventually(t, "the store just opened to answer a ping", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := s.Ping(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the store opened does not answer a ping: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer cancel()
+		return s.Ping(ctx) == nil
+	})
 }
