@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -33,6 +34,17 @@ var (
 )
 
 func main() {
+	// The main goroutine keeps the main thread to itself, so that no other
+	// goroutine's write to a frozen DATA_DIR volume can hold that thread in
+	// the kernel: Linux hands a signal sent to the process (SIGTERM) to its
+	// main thread whenever that thread has none pending, even while it is
+	// in an uninterruptible wait, and the signal then waits there, for
+	// every thread, until the volume thaws. Locked, the main thread only
+	// ever sleeps interruptibly: once serving, Run waits on the store from
+	// other goroutines only, each under a deadline. (A start on a frozen
+	// volume waits for the thaw in the main thread, and a SIGTERM with it:
+	// the process serves nothing meanwhile.)
+	runtime.LockOSThread()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	info, _ := debug.ReadBuildInfo()
 	err := cli.Run(ctx, os.Args[1:], cli.Environ(os.Environ()), os.Stdout, os.Stderr, stamp(version, commit, versionFile, info))
