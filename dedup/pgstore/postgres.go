@@ -88,6 +88,9 @@ type Store struct {
 	// a time.
 	depth   depthView
 	reading sync.Mutex
+	// enqueues gathers the enqueues waiting for a shared statement
+	// (enqueue_group.go).
+	enqueues enqueueGroup
 
 	notifyOnce sync.Once
 	notify     chan struct{}
