@@ -3,50 +3,22 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
-// Group commit of enqueues. On PostgreSQL an enqueue's cost is mostly
-// the statement's, not the rows': the round trip, the backend's wake-up,
-// parsing the parameters, starting the executor for each step of the
-// statement, and the commit, for two small rows. So the enqueues of
-// unordered events that wait at the same time go in one statement over
-// arrays (enqueueManySQL): one round trip and one commit for all of them.
-// The enqueues wait in one queue, and a committer takes all of them into
-// one statement as soon as the one before it has committed and the
-// goroutines ready to run have queued theirs (as DATA_DIR's group commit
-// does): an enqueue that finds the store idle commits at once, and under
-// load each statement holds every enqueue that arrived during the one
-// before it. Each caller is answered once the statement that holds its
-// event has committed, so a 202 never precedes durability.
-//
-// Ordered events (an order key) go one by one, as before: each takes the
-// advisory lock of its key before its statement's snapshot, and the events
-// of one key in one statement would not see each other's places.
-
-// maxEnqueueGroup bounds the enqueues of one statement: a longer one holds
-// up the enqueues behind it, and its arrays' parameters grow with it.
-const maxEnqueueGroup = 256
-
-// enqueueGroup is the queue of the enqueues waiting for a statement.
-type enqueueGroup struct {
-	mu sync.Mutex
-	// queue is the enqueues not yet taken into a statement.
-	queue []*enqueueCall
-	// running is set while a committer goroutine runs (commitEnqueues):
-	// it ends once the queue is empty, and an enqueue that finds none
-	// running starts one.
-	running bool
-}
+// Enqueues are group-committed (group.go): the enqueues of unordered
+// events waiting at the same time go in one statement (enqueueManySQL),
+// and each caller is answered once it has committed, so a 202 never
+// precedes durability. Ordered events (an order key) go one by one, as
+// before: each takes the advisory lock of its key before its statement's
+// snapshot, and the events of one key in one statement would not see each
+// other's places.
 
 // enqueueCall is an enqueue waiting for its statement's commit.
 type enqueueCall struct {
-	// ctx is the caller's: a call whose caller stopped waiting before
-	// its statement was sent is left out.
+	// ctx is the caller's (groupCall.context).
 	ctx    context.Context
 	key    string
 	req    *dedup.Request
@@ -58,6 +30,9 @@ type enqueueCall struct {
 	// done gets the answer, once.
 	done chan enqueueAnswer
 }
+
+func (c *enqueueCall) groupKey() string         { return c.key }
+func (c *enqueueCall) context() context.Context { return c.ctx }
 
 // enqueueAnswer is what a statement made of one enqueue.
 type enqueueAnswer struct {
@@ -76,15 +51,7 @@ type enqueueAnswer struct {
 // the answer of a statement of its own is lost: it is told of its
 // context's end, counted as raised, and its retry finds the event held.
 func (s *Store) enqueueGrouped(c *enqueueCall) (bool, dedup.Record, error) {
-	g := &s.enqueues
-	g.mu.Lock()
-	g.queue = append(g.queue, c)
-	start := !g.running
-	g.running = true
-	g.mu.Unlock()
-	if start {
-		go s.commitEnqueues()
-	}
+	s.enqueues.add(c, s.commitEnqueues)
 	var a enqueueAnswer
 	select {
 	case a = <-c.done:
@@ -115,66 +82,13 @@ func (s *Store) enqueueAlone(c *enqueueCall) (bool, dedup.Record, error) {
 // claimAttempts times in a row.
 var errNoAnswer = fmt.Errorf("no answer after %d attempts: the key changes hands too fast", claimAttempts)
 
-// commitEnqueues runs the queued enqueues, up to maxEnqueueGroup a
-// statement, until none is left.
-func (s *Store) commitEnqueues() {
-	g := &s.enqueues
-	for {
-		// The goroutines ready to run go first, so that the enqueues they
-		// are about to queue are in this statement: with one scheduler
-		// slot (GOMAXPROCS=1, the proxy pinned to one CPU), a committer
-		// that took the queue at once would send the one or two queued
-		// since its last statement (see diskstore's commitQueued).
-		runtime.Gosched()
-		g.mu.Lock()
-		calls := g.takeLocked()
-		if len(calls) == 0 {
-			g.running = false
-			g.mu.Unlock()
-			return
-		}
-		g.mu.Unlock()
-		s.commitGroup(calls)
-	}
-}
-
-// takeLocked takes the next statement's enqueues out of the queue: up to
-// maxEnqueueGroup, each key once (a key twice in one statement is an
-// error: ON CONFLICT cannot change a row twice; the second waits for the
-// next statement, and is answered as a duplicate there), and none whose
-// caller stopped waiting. g.mu must be held.
-func (g *enqueueGroup) takeLocked() []*enqueueCall {
-	var calls, rest []*enqueueCall
-	keys := make(map[string]bool, min(len(g.queue), maxEnqueueGroup))
-	for _, c := range g.queue {
-		switch {
-		case c.ctx.Err() != nil:
-		case len(calls) < maxEnqueueGroup && !keys[c.key]:
-			keys[c.key] = true
-			calls = append(calls, c)
-		default:
-			rest = append(rest, c)
-		}
-	}
-	g.queue = rest
-	return calls
-}
-
-// requeue puts calls back at the head of the queue, for the next
-// statement.
-func (g *enqueueGroup) requeue(calls []*enqueueCall) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.queue = append(calls, g.queue...)
-}
-
-// commitGroup runs calls in one statement and answers each. A key the
+// commitEnqueues runs calls in one statement and answers each. A key the
 // statement answered nothing for is asked again in the next one. If the
 // statement fails on the connection (or its time runs out), every call is
 // told the error: none of them committed, or none is known to have. If it
 // fails otherwise (one event the server refused), each call runs again
 // alone, for an error of its own.
-func (s *Store) commitGroup(calls []*enqueueCall) {
+func (s *Store) commitEnqueues(calls []*enqueueCall) {
 	ctx, cancel := s.bound(s.background)
 	answers, err := s.runEnqueues(ctx, calls, s.announce(time.Now()))
 	cancel()

@@ -50,7 +50,7 @@ func TestPostgresEnqueueGroupOneBadEvent(t *testing.T) {
 				t.Fatalf("Enqueue of %q alone succeeded; the case needs an event the server refuses", tc.key)
 			}
 			calls := []*enqueueCall{newCall(ctx, "good1", storetest.Request), newCall(ctx, tc.key, bad), newCall(ctx, "good2", storetest.Request)}
-			go s.commitGroup(calls)
+			go s.commitEnqueues(calls)
 			for i, c := range calls {
 				c := c
 				won, _, err := func() (bool, dedup.Record, error) {
@@ -126,13 +126,6 @@ func waitingStatement(t *testing.T, url string) int {
 	return pid
 }
 
-// queued is how many enqueues wait for a shared statement.
-func (s *Store) queued() int {
-	s.enqueues.mu.Lock()
-	defer s.enqueues.mu.Unlock()
-	return len(s.enqueues.queue)
-}
-
 type enqueueResult struct {
 	won bool
 	err error
@@ -162,7 +155,7 @@ func TestPostgresEnqueueGroupCancel(t *testing.T) {
 	storetest.Eventually(t, "the first statement waiting for the lock", func() bool { return waitingStatement(t, url) != 0 })
 	ctx, cancel := context.WithCancel(context.Background())
 	second := enqueueAsync(ctx, s, "second")
-	storetest.Eventually(t, "the second enqueue waiting for a statement", func() bool { return s.queued() == 1 })
+	storetest.Eventually(t, "the second enqueue waiting for a statement", func() bool { return s.enqueues.waiting() == 1 })
 	cancel()
 	select {
 	case r := <-second:
@@ -176,11 +169,7 @@ func TestPostgresEnqueueGroupCancel(t *testing.T) {
 	if r := <-first; r.err != nil || !r.won {
 		t.Errorf("the first enqueue = %v, %v; want won", r.won, r.err)
 	}
-	storetest.Eventually(t, "the committer idle", func() bool {
-		s.enqueues.mu.Lock()
-		defer s.enqueues.mu.Unlock()
-		return !s.enqueues.running
-	})
+	storetest.Eventually(t, "the committer idle", s.enqueues.idle)
 	if _, err := s.Lookup(context.Background(), "second"); !errors.Is(err, dedup.ErrNotFound) {
 		t.Errorf("Lookup of the cancelled enqueue's key = %v; want dedup.ErrNotFound (nothing queued)", err)
 	}
@@ -203,7 +192,7 @@ func TestPostgresEnqueueGroupKilled(t *testing.T) {
 		return pid != 0
 	})
 	behind := []<-chan enqueueResult{enqueueAsync(context.Background(), s, "second"), enqueueAsync(context.Background(), s, "third")}
-	storetest.Eventually(t, "two enqueues waiting for the next statement", func() bool { return s.queued() == 2 })
+	storetest.Eventually(t, "two enqueues waiting for the next statement", func() bool { return s.enqueues.waiting() == 2 })
 	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)

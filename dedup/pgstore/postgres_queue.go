@@ -408,7 +408,8 @@ func (s *Store) Extend(ctx context.Context, d dedup.Delivery, lease time.Duratio
 }
 
 // Succeed completes d's event with res, kept for ttl, and drops its
-// request.
+// request: in a statement shared with the Succeed calls waiting at the
+// same time (succeed_group.go), or alone.
 func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {
 	if err := storeop.CheckDuration("ttl", ttl); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
@@ -417,6 +418,19 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
 	status, fp, ct, body := resultColumns(res)
+	if tok, ok := codec.ParseToken(d.Claim.Token); ok && ctx.Err() == nil {
+		gctx, cancel := s.bound(ctx)
+		done, err := s.succeedGrouped(&succeedCall{ctx: gctx, key: d.Claim.Key, tok: tok, ttl: micros(ttl), status: status,
+			fingerprint: fp, contentType: ct, body: body, attempt: attemptJSON(d, res.Status, ""), done: make(chan bool, 1)})
+		cancel()
+		if done {
+			return nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
+		}
+	}
+	// Not completed by a shared statement (see succeed_group.go): alone.
 	err := s.settle(ctx, "succeed", d, s.sql.lockOrderOf, s.sql.succeed, micros(ttl), status, fp, ct, body, attemptJSON(d, res.Status, ""), dedup.HistoryLen)
 	if errors.Is(err, dedup.ErrNotOwner) && s.succeeded(ctx, d) {
 		return nil // done already: a repeat whose first answer was lost

@@ -163,7 +163,7 @@ func (s *Store) lockKey(what string) int64 {
 type statements struct {
 	claim, complete, release, lookup, forget, ping, prune string
 	enqueue, enqueueMany, succeed, succeeded, retry, fail string
-	requeue                                               string
+	requeue, succeedMany, lockOrdersOf                    string
 	takeAll, takeRoute, takeRest, extend                  string
 	deadLetters, stats, notify                            string
 	lockOrderKey, lockOrderOf                             string
@@ -265,6 +265,8 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		takeRest:     f(takeRestSQL),
 		extend:       f(extendSQL),
 		succeed:      f(succeedSQL),
+		succeedMany:  f(succeedManySQL),
+		lockOrdersOf: f(lockOrdersOfSQL),
 		succeeded:    f(`SELECT EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND state = 2 AND token = $2 AND expires_at > now())`),
 		retry:        f(retrySQL),
 		fail:         f(failSQL),
