@@ -417,11 +417,9 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 	if err := codec.CheckResult(res); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
-	status, fp, ct, body := resultColumns(res)
 	if tok, ok := codec.ParseToken(d.Claim.Token); ok && ctx.Err() == nil {
 		gctx, cancel := s.bound(ctx)
-		done, err := s.succeedGrouped(&succeedCall{ctx: gctx, key: d.Claim.Key, tok: tok, ttl: micros(ttl), status: status,
-			fingerprint: fp, contentType: ct, body: body, attempt: attemptJSON(d, res.Status, ""), done: make(chan bool, 1)})
+		done, err := s.succeedGrouped(newSucceedCall(gctx, d, tok, res, ttl))
 		cancel()
 		if done {
 			return nil
@@ -431,6 +429,7 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 		}
 	}
 	// Not completed by a shared statement (see succeed_group.go): alone.
+	status, fp, ct, body := resultColumns(res)
 	err := s.settle(ctx, "succeed", d, s.sql.lockOrderOf, s.sql.succeed, micros(ttl), status, fp, ct, body, attemptJSON(d, res.Status, ""), dedup.HistoryLen)
 	if errors.Is(err, dedup.ErrNotOwner) && s.succeeded(ctx, d) {
 		return nil // done already: a repeat whose first answer was lost

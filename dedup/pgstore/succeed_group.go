@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
@@ -32,6 +33,13 @@ type succeedCall struct {
 	// done gets whether the shared statement completed the delivery
 	// (false: complete it alone).
 	done chan bool
+}
+
+// newSucceedCall is the call of Succeed(ctx, d, res, ttl), tok d's token.
+func newSucceedCall(ctx context.Context, d dedup.Delivery, tok [codec.TokenLen]byte, res dedup.Result, ttl time.Duration) *succeedCall {
+	status, fp, ct, body := resultColumns(res)
+	return &succeedCall{ctx: ctx, key: d.Claim.Key, tok: tok, ttl: micros(ttl), status: status,
+		fingerprint: fp, contentType: ct, body: body, attempt: attemptJSON(d, res.Status, ""), done: make(chan bool, 1)}
 }
 
 func (c *succeedCall) groupKey() string         { return c.key }
