@@ -121,31 +121,16 @@ func (s *Store) commitEnqueues(calls []*enqueueCall) {
 // (enqueueManySQL), notifying the listeners if notify, and returns the
 // answer of each key it answered for.
 func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bool) (map[string]enqueueAnswer, error) {
-	n := len(calls)
-	var (
-		keys, methods, uris, hosts, addrs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		routes, namespaces, traces        = make([]string, n), make([]string, n), make([]string, n)
-		headers, bodies                   = make([][]byte, n), make([][]byte, n)
-		tls                               = make([]bool, n)
-		ttls                              = make([]int64, n)
-	)
-	for i, c := range calls {
-		r := c.req
-		keys[i], methods[i], uris[i], hosts[i], addrs[i] = c.key, r.Method, r.RequestURI, r.Host, r.RemoteAddr
-		routes[i], namespaces[i], traces[i] = r.Route, r.Namespace, r.TraceParent
-		headers[i], bodies[i], tls[i], ttls[i] = c.header, c.body, r.TLS, micros(max(r.TTL, 0))
-	}
 	var channel *string // NULL: no notification
 	if notify {
 		channel = &s.sql.notify
 	}
-	rows, err := s.pool.Query(ctx, s.sql.enqueueMany, keys, methods, uris, hosts, headers, addrs, tls, bodies,
-		channel, routes, namespaces, ttls, traces)
+	rows, err := s.pool.Query(ctx, s.sql.enqueueMany, enqueueManyArgs(calls, channel)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	answers := make(map[string]enqueueAnswer, n)
+	answers := make(map[string]enqueueAnswer, len(calls))
 	for rows.Next() {
 		var key string
 		var won bool
@@ -165,6 +150,26 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 	return answers, nil
 }
 
+// enqueueManyArgs are the parameters of enqueueManySQL for calls, the
+// listeners' channel (nil: none).
+func enqueueManyArgs(calls []*enqueueCall, channel *string) []any {
+	n := len(calls)
+	var (
+		keys, methods, uris, hosts, addrs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		routes, namespaces, traces        = make([]string, n), make([]string, n), make([]string, n)
+		headers, bodies                   = make([][]byte, n), make([][]byte, n)
+		tls                               = make([]bool, n)
+		ttls                              = make([]int64, n)
+	)
+	for i, c := range calls {
+		r := c.req
+		keys[i], methods[i], uris[i], hosts[i], addrs[i] = c.key, r.Method, r.RequestURI, r.Host, r.RemoteAddr
+		routes[i], namespaces[i], traces[i] = r.Route, r.Namespace, r.TraceParent
+		headers[i], bodies[i], tls[i], ttls[i] = c.header, c.body, r.TLS, micros(max(r.TTL, 0))
+	}
+	return []any{keys, methods, uris, hosts, headers, addrs, tls, bodies, channel, routes, namespaces, ttls, traces}
+}
+
 // enqueueManySQL is enqueueSQL for many unordered events at once, one
 // element of each array parameter an event ($1 the keys, distinct): each
 // key is claimed and its request queued, or its live record returned, as
@@ -181,7 +186,7 @@ const enqueueManySQL = `WITH input AS MATERIALIZED (
 	SELECT i.key, l.* FROM input i CROSS JOIN LATERAL (
 		SELECT ` + recordColumns + `
 		FROM %[1]srecords r LEFT JOIN %[1]squeue q ON q.key = r.key
-		WHERE r.key = i.key AND r.expires_at > now()) l
+		WHERE r.key = i.key AND (r.expires_at > now()) IS TRUE LIMIT 1) l
 ), won AS (
 	INSERT INTO %[1]srecords AS r (key, state, token, since, expires_at)
 	SELECT i.key, 3, NULL::bytea, now(), 'infinity'::timestamptz FROM input i WHERE NOT EXISTS (SELECT FROM live WHERE live.key = i.key)

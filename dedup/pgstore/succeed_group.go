@@ -62,27 +62,13 @@ func (s *Store) succeedGrouped(c *succeedCall) (bool, error) {
 // tells each whether it completed its delivery; all of them are told
 // they did not if it failed (each then runs alone).
 func (s *Store) commitSucceeds(calls []*succeedCall) {
-	n := len(calls)
-	var (
-		keys         = make([]string, n)
-		toks         = make([][]byte, n)
-		ttls         = make([]int64, n)
-		statuses     = make([]int32, n)
-		fingerprints = make([][]byte, n)
-		contentTypes = make([]*string, n)
-		bodies       = make([][]byte, n)
-		attempts     = make([]*string, n)
-	)
-	for i, c := range calls {
-		keys[i], toks[i], ttls[i] = c.key, c.tok[:], c.ttl
-		statuses[i], fingerprints[i], contentTypes[i], bodies[i], attempts[i] = c.status, c.fingerprint, c.contentType, c.body, c.attempt
-	}
 	ctx, cancel := s.bound(s.background)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue(s.sql.lockOrdersOf, keys)
-	b.Queue(s.sql.succeedMany, keys, toks, ttls, statuses, fingerprints, contentTypes, bodies, attempts, dedup.HistoryLen)
-	done := make(map[string]bool, n)
+	args := succeedManyArgs(calls)
+	b.Queue(s.sql.lockOrdersOf, args[0])
+	b.Queue(s.sql.succeedMany, args...)
+	done := make(map[string]bool, len(calls))
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
@@ -104,6 +90,26 @@ func (s *Store) commitSucceeds(calls []*succeedCall) {
 	}
 }
 
+// succeedManyArgs are the parameters of succeedManySQL for calls.
+func succeedManyArgs(calls []*succeedCall) []any {
+	n := len(calls)
+	var (
+		keys         = make([]string, n)
+		toks         = make([][]byte, n)
+		ttls         = make([]int64, n)
+		statuses     = make([]int32, n)
+		fingerprints = make([][]byte, n)
+		contentTypes = make([]*string, n)
+		bodies       = make([][]byte, n)
+		attempts     = make([]*string, n)
+	)
+	for i, c := range calls {
+		keys[i], toks[i], ttls[i] = c.key, c.tok[:], c.ttl
+		statuses[i], fingerprints[i], contentTypes[i], bodies[i], attempts[i] = c.status, c.fingerprint, c.contentType, c.body, c.attempt
+	}
+	return []any{keys, toks, ttls, statuses, fingerprints, contentTypes, bodies, attempts, dedup.HistoryLen}
+}
+
 // lockOrdersOfSQL is lockOrderOfSQL for the deliveries $1, each order key
 // once, in the order of the locks' numbers: two transactions that take
 // some of the same locks take them in the same order, and neither waits
@@ -122,7 +128,7 @@ var succeedManySQL = `WITH input AS MATERIALIZED (
 		AS i (key, token, ttl_micros, status, fingerprint, content_type, body, attempt)
 ), mine AS (
 	DELETE FROM %[1]squeue q USING input i
-	WHERE q.key = i.key AND q.lease_token = i.token AND q.failed_at IS NULL
+	WHERE q.key = i.key AND (q.lease_token = i.token AND q.failed_at IS NULL) IS TRUE
 		AND (q.order_key IS NULL OR NOT EXISTS (SELECT FROM %[1]squeue o JOIN input j ON j.key = o.key
 			WHERE o.order_key = q.order_key AND o.key <> q.key))
 	RETURNING q.key, q.attempts, q.accepted_at, q.order_key, true AS leaves

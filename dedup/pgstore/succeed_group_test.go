@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -154,5 +155,89 @@ func TestPostgresSucceedGroupCancel(t *testing.T) {
 	storetest.Eventually(t, "the committer idle", s.succeeds.idle)
 	if rec, err := s.Lookup(context.Background(), "second"); err != nil || rec.State != dedup.Delivering {
 		t.Errorf("Lookup of the cancelled Succeed's key = %v, %v; want still delivering", rec.State, err)
+	}
+}
+
+// TestPostgresGroupStatementsProbeByKey: the shared statements read each
+// of their keys' rows by its primary key, whatever the statistics say.
+// The queue filled since its last ANALYZE (as a saturating intake fills
+// it: autovacuum analyzes once a minute at most) made the planner of the
+// shared completion believe a few rows were left, and read all of them
+// (25,000, 216 ms for 8 completions) by a partial index whose predicate
+// its conditions implied; the shared enqueue's probes of the records could
+// go the same way by the expiry index.
+//
+// Both plans are checked: the custom plan of the first executions, and
+// the generic one PostgreSQL may switch to for a prepared statement (as
+// pgx's are), which knows nothing of the arrays.
+func TestPostgresGroupStatementsProbeByKey(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			probesByKey(t, openPostgres(t, nil, Config{URL: postgres.Get(t).NewDatabase(t) + "&plan_cache_mode=" + mode}))
+		})
+	}
+}
+
+func probesByKey(t *testing.T, s *Store) {
+	ctx := context.Background()
+	for _, table := range []string{"webhook_dedup_records", "webhook_dedup_queue"} {
+		if _, err := s.pool.Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Statistics of a queue of a few events, none of them taken.
+	calls := make([]*enqueueCall, 0, maxGroup)
+	for i := range 100 {
+		calls = append(calls, newCall(ctx, fmt.Sprint("before", i), storetest.Request))
+	}
+	if _, err := s.runEnqueues(ctx, calls, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, "ANALYZE webhook_dedup_records, webhook_dedup_queue"); err != nil {
+		t.Fatal(err)
+	}
+	const backlog, n = 5000, 8
+	calls = calls[:0]
+	for i := range backlog {
+		calls = append(calls, newCall(ctx, fmt.Sprint("k", i), storetest.Request))
+		if len(calls) == maxGroup || i == backlog-1 {
+			if _, err := s.runEnqueues(ctx, calls, false); err != nil {
+				t.Fatal(err)
+			}
+			calls = calls[:0]
+		}
+	}
+	var succeeds []*succeedCall
+	for _, d := range storetest.Take(t, s, n, storetest.Lease) {
+		tok, _ := codec.ParseToken(d.Claim.Token)
+		succeeds = append(succeeds, newSucceedCall(ctx, d, tok, storetest.Replayed, storetest.Keep))
+	}
+	// Half new keys, half held by the events just taken.
+	var enqueues []*enqueueCall
+	for i, c := range succeeds {
+		key := c.key
+		if i%2 == 0 {
+			key = fmt.Sprint("new", i)
+		}
+		enqueues = append(enqueues, newCall(ctx, key, storetest.Request))
+	}
+	enqueueArgs, succeedArgs := enqueueManyArgs(enqueues, nil), succeedManyArgs(succeeds)
+	for _, tc := range []struct {
+		name, relation, sql string
+		args                []any
+	}{
+		{"shared completion, queue", "webhook_dedup_queue", s.sql.succeedMany, succeedArgs},
+		{"shared completion, records", "webhook_dedup_records", s.sql.succeedMany, succeedArgs},
+		{"shared enqueue, records", "webhook_dedup_records", s.sql.enqueueMany, enqueueArgs},
+		{"shared enqueue, queue", "webhook_dedup_queue", s.sql.enqueueMany, enqueueArgs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read, _, plan := explainRead(t, s, tc.relation, tc.sql, tc.args...)
+			if read > 2*n {
+				t.Errorf("read %d rows of %s for %d keys, behind %d events; plan:\n%s", read, tc.relation, n, backlog, plan)
+			}
+		})
 	}
 }
