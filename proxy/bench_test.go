@@ -17,6 +17,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup/diskstore"
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
+	"github.com/webhook-dedup/webhook-dedup/dedup/pgstore"
 	"github.com/webhook-dedup/webhook-dedup/dedup/redisstore"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
 	"github.com/webhook-dedup/webhook-dedup/policy"
@@ -103,6 +105,19 @@ func BenchmarkHandler(b *testing.B) {
 			}
 			b.Cleanup(func() { _ = r.Close() })
 			return r, r
+		}},
+		// PostgreSQL on a server of its own (fsync off, as the tests run
+		// it); one request at a time, so each enqueue is a statement of
+		// its own: the group commit of concurrent enqueues is measured by
+		// make bench.
+		{"postgres", func(b *testing.B) (proxy.Store, proxy.Queue) {
+			srv := pgtest.New(b)
+			p, err := pgstore.Open(pgstore.Config{URL: srv.URL("postgres"), AutoMigrate: true, Timeout: 10 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = p.Close() })
+			return p, p
 		}},
 		{"disk", func(b *testing.B) (proxy.Store, proxy.Queue) {
 			d, err := diskstore.Open(diskstore.Config{Dir: b.TempDir()})

@@ -88,6 +88,12 @@ type Store struct {
 	// a time.
 	depth   depthView
 	reading sync.Mutex
+	// enqueues gathers the enqueues waiting for a shared statement
+	// (enqueue_group.go).
+	enqueues group[*enqueueCall]
+	// succeeds gathers the completions of deliveries waiting for a
+	// shared statement (succeed_group.go).
+	succeeds group[*succeedCall]
 
 	notifyOnce sync.Once
 	notify     chan struct{}

@@ -263,7 +263,8 @@ FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key
 GROUP BY q.route`
 
 // Enqueue claims key and stores req for delivery in one statement (one
-// commit). If the key was free it returns true; otherwise false and the
+// commit), shared with the enqueues waiting at the same time unless req
+// is ordered (enqueue_group.go). If the key was free it returns true; otherwise false and the
 // record that holds the key, and stores nothing. maxDepth is checked
 // against the depth this process reckons (depthView): exact for what this
 // process does, and as of its last read of the depth for what the other
@@ -289,17 +290,19 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 	if !admitted {
 		return s.refused(ctx, key)
 	}
-	var channel *string // NULL: no notification
-	if s.announce(time.Now()) {
-		channel = &s.sql.notify
+	var won bool
+	var rec dedup.Record
+	if okey := orderKey(req); okey != nil {
+		var channel *string // NULL: no notification
+		if s.announce(time.Now()) {
+			channel = &s.sql.notify
+		}
+		won, rec, err = s.claimOnce(ctx, s.sql.lockOrderKey, okey, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
+			req.RemoteAddr, req.TLS, body, channel, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent,
+			okey, req.OrderBlock)
+	} else {
+		won, rec, err = s.enqueueGrouped(&enqueueCall{ctx: ctx, key: key, req: &req, header: header, body: body, done: make(chan enqueueAnswer, 1)})
 	}
-	lock, okey := "", orderKey(req)
-	if okey != nil {
-		lock = s.sql.lockOrderKey
-	}
-	won, rec, err := s.claimOnce(ctx, lock, okey, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
-		req.RemoteAddr, req.TLS, body, channel, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent,
-		okey, req.OrderBlock)
 	s.depth.answered(won || err != nil)
 	if err != nil {
 		return false, dedup.Record{}, fmt.Errorf("dedup: enqueue %s: %w", key, err)
@@ -405,7 +408,8 @@ func (s *Store) Extend(ctx context.Context, d dedup.Delivery, lease time.Duratio
 }
 
 // Succeed completes d's event with res, kept for ttl, and drops its
-// request.
+// request: in a statement shared with the Succeed calls waiting at the
+// same time (succeed_group.go), or alone.
 func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result, ttl time.Duration) error {
 	if err := storeop.CheckDuration("ttl", ttl); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
@@ -413,6 +417,18 @@ func (s *Store) Succeed(ctx context.Context, d dedup.Delivery, res dedup.Result,
 	if err := codec.CheckResult(res); err != nil {
 		return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
 	}
+	if tok, ok := codec.ParseToken(d.Claim.Token); ok && ctx.Err() == nil {
+		gctx, cancel := s.bound(ctx)
+		done, err := s.succeedGrouped(newSucceedCall(gctx, d, tok, res, ttl))
+		cancel()
+		if done {
+			return nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("dedup: succeed %s: %w", d.Claim.Key, err)
+		}
+	}
+	// Not completed by a shared statement (see succeed_group.go): alone.
 	status, fp, ct, body := resultColumns(res)
 	err := s.settle(ctx, "succeed", d, s.sql.lockOrderOf, s.sql.succeed, micros(ttl), status, fp, ct, body, attemptJSON(d, res.Status, ""), dedup.HistoryLen)
 	if errors.Is(err, dedup.ErrNotOwner) && s.succeeded(ctx, d) {

@@ -437,6 +437,12 @@ func explainTake(t *testing.T, s *Store, sql string, n int, arg ...any) (read, t
 // messages.
 func explainQueue(t *testing.T, s *Store, sql string, args ...any) (read, took int, plan string) {
 	t.Helper()
+	return explainRead(t, s, "webhook_dedup_queue", sql, args...)
+}
+
+// explainRead is explainQueue for the rows of relation.
+func explainRead(t *testing.T, s *Store, relation, sql string, args ...any) (read, took int, plan string) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -455,7 +461,7 @@ func explainQueue(t *testing.T, s *Store, sql string, args ...any) (read, took i
 	walk = func(p planNode, depth int) {
 		if p.NodeType == "ModifyTable" {
 			took = int(p.ActualRows)
-		} else if p.Relation == "webhook_dedup_queue" {
+		} else if p.Relation == relation {
 			rows := int((p.ActualRows + p.RemovedByFilter) * p.ActualLoops)
 			read += rows
 			lines = append(lines, fmt.Sprintf("%s%s %s: %d rows read (%v×%v, %v removed by filter)",

@@ -162,7 +162,8 @@ func (s *Store) lockKey(what string) int64 {
 // statements are the store's SQL with its table names filled in.
 type statements struct {
 	claim, complete, release, lookup, forget, ping, prune string
-	enqueue, succeed, succeeded, retry, fail, requeue     string
+	enqueue, enqueueMany, succeed, succeeded, retry, fail string
+	requeue, succeedMany, lockOrdersOf                    string
 	takeAll, takeRoute, takeRest, extend                  string
 	deadLetters, stats, notify                            string
 	lockOrderKey, lockOrderOf                             string
@@ -258,11 +259,14 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		prune: f(`DELETE FROM %[1]srecords WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM %[1]srecords WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`),
 		enqueue:      f(enqueueSQL),
+		enqueueMany:  f(enqueueManySQL),
 		takeAll:      f(takeAllSQL),
 		takeRoute:    f(takeRouteSQL),
 		takeRest:     f(takeRestSQL),
 		extend:       f(extendSQL),
 		succeed:      f(succeedSQL),
+		succeedMany:  f(succeedManySQL),
+		lockOrdersOf: f(lockOrdersOfSQL),
 		succeeded:    f(`SELECT EXISTS (SELECT FROM %[1]srecords WHERE key = $1 AND state = 2 AND token = $2 AND expires_at > now())`),
 		retry:        f(retrySQL),
 		fail:         f(failSQL),
