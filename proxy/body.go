@@ -77,23 +77,26 @@ func takeArrivedBody(r *http.Request, wh *webhook, buf *bytes.Buffer) error {
 
 // copyBufferPool is the httputil.BufferPool that relays answers. Webhook
 // answers are small, so its buffers are too: a larger answer takes a few
-// more reads, not a larger buffer per request.
+// more reads, not a larger buffer per request. It pools pointers to
+// arrays, which a slice of the full size converts back to without an
+// allocation (pooling the slice itself would box a new slice header on
+// every Put).
 type copyBufferPool struct{ p sync.Pool }
 
 const copyBufferSize = 8 << 10
 
 func (c *copyBufferPool) Get() []byte {
-	if b, ok := c.p.Get().(*[]byte); ok {
-		return *b
+	if b, ok := c.p.Get().(*[copyBufferSize]byte); ok {
+		return b[:]
 	}
-	return make([]byte, copyBufferSize)
+	return new([copyBufferSize]byte)[:]
 }
 
 func (c *copyBufferPool) Put(b []byte) {
-	if cap(b) != copyBufferSize {
+	if len(b) != copyBufferSize {
 		return
 	}
-	c.p.Put(&b)
+	c.p.Put((*[copyBufferSize]byte)(b))
 }
 
 // hashingBody follows a body as it streams to the upstream: whether it was

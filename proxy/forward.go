@@ -60,6 +60,9 @@ type forwarding struct {
 	hasher *hashingBody
 	// outcome marks the answer; upstreamError replaces it.
 	outcome string
+	// outcomeValue holds the answer's HeaderOutcome value, so that
+	// marking the answer allocates nothing (a Set allocates its slice).
+	outcomeValue [1]string
 	// status is the answer's, once written.
 	status int
 	// err is why no answer came from the upstream.
@@ -96,7 +99,9 @@ func (f *forwarding) WriteHeader(code int) {
 	}
 	if f.status == 0 {
 		f.status = code
-		f.Header().Set(HeaderOutcome, f.outcome)
+		// Capped: adding a value to it cannot write past the array.
+		f.outcomeValue[0] = f.outcome
+		f.Header()[HeaderOutcome] = f.outcomeValue[:1:1]
 	}
 	f.ResponseWriter.WriteHeader(code)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -108,6 +109,10 @@ const (
 	nameUpstream = "upstream alone"
 	nameGoProxy  = "Go httputil.ReverseProxy"
 	nameNginx    = "nginx proxy_pass, keepalive"
+	// nameGoProxyHeader is the Go proxy on the header-sourced rows' load:
+	// their requests carry three more headers than the JSON load's, which
+	// every server on the core parses, a plain proxy too.
+	nameGoProxyHeader = "Go httputil.ReverseProxy, unique header"
 )
 
 // Names of the peer's rows.
@@ -122,6 +127,7 @@ func allConfigs(before bool) []config {
 		{name: nameUpstream, server: upstreamAlone, load: uniqueJSON},
 		{name: nameGoProxy, server: goProxy, load: uniqueJSON},
 		{name: nameNginx, server: nginxProxy, load: uniqueJSON},
+		{name: nameGoProxyHeader, server: goProxy, load: uniqueHeader},
 	}
 	dedup := func(c config, what string) config {
 		c.name = "webhook-dedup, " + c.storeLabel() + ", " + c.load.String() + what
@@ -212,14 +218,19 @@ func allConfigs(before bool) []config {
 
 // selectConfigs keeps the baselines and the configurations whose name
 // contains only, in any case (-only postgres finds the PostgreSQL rows),
-// and drops Hookaido's when the bench has none.
+// and drops Hookaido's when the bench has none. The Go proxy on the
+// header load runs whenever a webhook-dedup row on that load does.
 func selectConfigs(only string, before, peer bool) []config {
+	all := allConfigs(before)
+	headerRows := slices.ContainsFunc(all, func(c config) bool {
+		return c.server == webhookDedup && c.load == uniqueHeader && matches(c.name, only)
+	})
 	var out []config
-	for _, c := range allConfigs(before) {
+	for _, c := range all {
 		if c.server == hookaido && !peer {
 			continue
 		}
-		if c.baseline() || matches(c.name, only) {
+		if c.baseline() || matches(c.name, only) || (c.name == nameGoProxyHeader && headerRows) {
 			out = append(out, c)
 		}
 	}

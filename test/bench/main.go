@@ -96,7 +96,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		defaultNice = -10
 	}
 	fs.IntVar(&o.nice, "nice", defaultNice, "nice value for the servers and wrk (negative needs root): a shared machine's other work then disturbs the measurement less; 0 leaves it")
-	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this, in any case: postgres, fsync=on, cache_size, async, hookaido, \"sent 3\", or one of several parts separated by | (\"DATA_DIR|hookaido\"); the baselines always run")
+	fs.StringVar(&o.only, "only", "", "run only the configurations whose name contains this, in any case: postgres, fsync=on, cache_size, async, hookaido, \"sent 3\", or one of several parts separated by | (\"DATA_DIR|hookaido\"); the baselines always run, and the Go proxy on the header load with any header row")
 	fs.StringVar(&o.bin, "bin", "", "webhook-dedup binary to measure; empty: go build the module")
 	fs.StringVar(&o.before, "before", "", "another webhook-dedup binary (an older build) whose rows run interleaved with the others, named \"before, ...\"")
 	fs.StringVar(&o.raw, "raw", "", "append one JSON line per run to this file")
