@@ -268,11 +268,26 @@ func New(cfg Config) *Workers {
 	return w
 }
 
-// Nudge tells the workers that an event was just queued, so they look for
-// it now rather than at their next poll. It never blocks.
+// Nudge tells the workers that an event was just queued, of a route not
+// known (by another process), so that every lane looks for it now rather
+// than at its next poll. It never blocks.
 func (w *Workers) Nudge() {
 	for _, l := range w.lanes {
 		signal(l.nudge)
+	}
+}
+
+// NudgeRoute tells the workers that an event of route was just queued, so
+// that the lane that holds it looks for it now rather than at its next
+// poll. Only that lane: each nudge of a lane with nothing due costs a Take
+// that finds nothing (on Redis, two idle lanes' empty Takes were 40% of
+// the Takes under a saturating intake on one route). It never blocks.
+func (w *Workers) NudgeRoute(route string) {
+	for _, l := range w.lanes {
+		if l.from.Holds(route) {
+			signal(l.nudge)
+			return
+		}
 	}
 }
 

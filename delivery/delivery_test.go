@@ -613,3 +613,34 @@ func TestDeadLetterLogNamesTheEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestNudgeRoute: an event queued on a route wakes the lane that holds it
+// and no other, whose Take would find nothing: its route's own lane, or
+// the rest lane for a route without one (no longer async, or none).
+func TestNudgeRoute(t *testing.T) {
+	w := New(Config{Queue: newQueue(t), Upstream: mustURL(t, "http://app.test"), Routes: []string{"/a", "/b"}})
+	for _, tc := range []struct {
+		route string
+		want  string // the label of the one lane nudged
+	}{
+		{"/a", "/a"},
+		{"/b", "/b"},
+		{"/gone", restLabel},
+		{"", restLabel},
+	} {
+		t.Run(tc.want+" for "+strconv.Quote(tc.route), func(t *testing.T) {
+			for _, l := range w.lanes {
+				select {
+				case <-l.nudge:
+				default:
+				}
+			}
+			w.NudgeRoute(tc.route)
+			for _, l := range w.lanes {
+				if got, want := len(l.nudge), map[bool]int{true: 1}[l.label == tc.want]; got != want {
+					t.Errorf("lane %s: %d nudges pending, want %d", l.label, got, want)
+				}
+			}
+		})
+	}
+}
