@@ -8,12 +8,29 @@
 --   'fail':    ARGV[6] keep ms, ARGV[7] status, ARGV[8] reason
 -- ARGV[10] the attempt's line for the event's history ('' for none; the
 -- history field h keeps the newest ARGV[11] lines).
+-- On one server, KEYS[5] is the event's sync key and ARGV[12] the async
+-- marker it holds: a succeed or a fail gives the marker its record's
+-- lifetime in the same step, as marker_expire.lua would in a round trip
+-- of its own (which a cluster, where the sync key is in another slot,
+-- still makes). Without KEYS[5] the marker is left alone.
 -- Returns 1 when settled, 2 when failed and kept without expiry (a dead
 -- letter that holds its order key), 0 when the caller no longer holds the
 -- delivery.
 -- A succeed that the caller already made (its answer lost) returns 1: the
 -- completed record keeps the token that completed it.
 local tag = ARGV[4]
+-- mark gives the marker the lifetime ms (nil: none), if the sync key
+-- still holds it.
+local function mark(ms)
+  if not KEYS[5] or redis.call('GET', KEYS[5]) ~= ARGV[12] then
+    return
+  end
+  if ms then
+    redis.call('PEXPIRE', KEYS[5], ms)
+  else
+    redis.call('PERSIST', KEYS[5])
+  end
+end
 local st = redis.call('HMGET', KEYS[1], 's', 'k', 'e', 'rt', 'ok', 'ob')
 if st[1] == '2' and st[2] == ARGV[3] and ARGV[5] == 'succeed' then
   return 1
@@ -56,6 +73,7 @@ if outcome == 'succeed' then
     end
   end
   redis.call('ZADD', done, now_ms(), ARGV[2])
+  mark(ARGV[7])
 elseif outcome == 'retry' then
   -- Due again in its route's lane. A record the previous version wrote
   -- has no route (its events are the empty route's lane): it takes its
@@ -76,6 +94,7 @@ else
     -- requeued or forgotten, as expiring would let the key go on unseen.
     -- Listed after every dead letter that expires.
     redis.call('ZADD', KEYS[4], now + 100 * 365 * 86400000, ARGV[2])
+    mark(nil)
     return 2
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
@@ -84,5 +103,6 @@ else
   -- from the index by score.
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[2])
   leave(tag, ARGV[1], ARGV[2], st[5])
+  mark(ARGV[6])
 end
 return 1
