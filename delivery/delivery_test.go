@@ -644,3 +644,37 @@ func TestNudgeRoute(t *testing.T) {
 		})
 	}
 }
+
+// TestTakerReserve: a lane's Take asks for what is free of the
+// deliveries it may hold (twice Concurrency), once at least half of
+// Concurrency is free (at least one), so that a saturated lane's Takes
+// each bring a batch rather than one delivery per settle.
+func TestTakerReserve(t *testing.T) {
+	for _, tc := range []struct {
+		concurrency, held int
+		want              int64
+	}{
+		{16, 0, 32},
+		{16, 16, 16},
+		{16, 24, 8},
+		{16, 25, 0},
+		{16, 31, 0},
+		{16, 32, 0},
+		{1, 0, 2},
+		{1, 1, 1},
+		{1, 2, 0},
+		{3, 4, 2},
+		{3, 5, 1},
+	} {
+		w := New(Config{Queue: newQueue(t), Upstream: mustURL(t, "http://app.test"), Concurrency: tc.concurrency})
+		var held atomic.Int64
+		held.Store(int64(tc.held))
+		tk := w.newTaker(w.lanes[0], context.Background(), nil, &held)
+		if got := tk.reserve(); got != tc.want {
+			t.Errorf("Concurrency %d, %d held: reserved %d, want %d", tc.concurrency, tc.held, got, tc.want)
+		}
+		if got, want := held.Load(), int64(tc.held)+tc.want; got != want {
+			t.Errorf("Concurrency %d, %d held: held %d after, want %d", tc.concurrency, tc.held, got, want)
+		}
+	}
+}
