@@ -179,7 +179,9 @@ func (q queueKeys) laneKey(kind, route string) string {
 // settleKeys are the KEYS of queue_settle.lua, queue_requeue.lua,
 // queue_forget.lua and queue_undo.lua.
 func (q queueKeys) settleKeys(key string) []string {
-	return []string{q.record(key), q.request(key), q.open, q.dead}
+	// Room for the sync key queue_settle.lua takes after them on one
+	// server, without a copy.
+	return append(make([]string, 0, 5), q.record(key), q.request(key), q.open, q.dead)
 }
 
 // laneKeys are the KEYS of the scripts that go through every lane: the
