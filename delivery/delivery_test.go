@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // app is the upstream: it records what it received and answers as told.
@@ -676,5 +679,41 @@ func TestTakerReserve(t *testing.T) {
 		if got, want := held.Load(), int64(tc.held)+tc.want; got != want {
 			t.Errorf("Concurrency %d, %d held: held %d after, want %d", tc.concurrency, tc.held, got, want)
 		}
+	}
+}
+
+// answerOK is a RoundTripper that answers every request 200 "ok" at once,
+// without a network.
+type answerOK struct{}
+
+func (answerOK) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), ContentLength: 2, Request: r}, nil
+}
+
+// TestForwardPooledBuffers: relaying the app's answer into the attempt's
+// outcome takes a pooled buffer, not the 32 KiB a ReverseProxy allocates
+// per answer without one.
+func TestForwardPooledBuffers(t *testing.T) {
+	f := newForwarder(mustURL(t, "http://app.test"), answerOK{}, upstream.Completion{}, zap.NewNop())
+	send := func() {
+		req, err := inbound(webhookRequest(`{"id":"evt_1"}`), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := f.send(context.Background(), req); o.status != http.StatusOK {
+			t.Fatalf("answered %d (%v), want 200", o.status, o.err)
+		}
+	}
+	send() // the pool's first buffer
+	const n = 200
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		send()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per >= 16<<10 {
+		t.Errorf("%d bytes allocated per attempt, want under 16 KiB", per)
 	}
 }

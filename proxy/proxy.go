@@ -148,7 +148,7 @@ type Handler struct {
 	budget bodyBudget
 	// copyBuffers relay the upstream's answers; without them
 	// ReverseProxy allocates 32 KiB per request.
-	copyBuffers copyBufferPool
+	copyBuffers upstream.BufferPool
 	logFields   fieldPool
 	// abandon is cancelled by Abandon to stop waits and upstream requests.
 	abandon context.Context
