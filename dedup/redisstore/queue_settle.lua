@@ -31,7 +31,7 @@ local function mark(ms)
     redis.call('PERSIST', KEYS[5])
   end
 end
-local st = redis.call('HMGET', KEYS[1], 's', 'k', 'e', 'rt', 'ok', 'ob')
+local st = redis.call('HMGET', KEYS[1], 's', 'k', 'e', 'rt', 'ok', 'ob', 'h')
 if st[1] == '2' and st[2] == ARGV[3] and ARGV[5] == 'succeed' then
   return 1
 end
@@ -41,25 +41,30 @@ end
 -- The entry leaves the pending list and the stream at once: the streams
 -- are never trimmed, so they hold only events not yet settled.
 drop_entry(tag, ARGV[1], ARGV[2], st[4] or '', st[3])
-redis.call('HDEL', KEYS[1], 'e', 'q')
 local outcome = ARGV[5]
+-- Each outcome's fields go in one HDEL and one HSET (set, with the
+-- history line, if any).
+local set = {}
 if ARGV[10] ~= '' then
   local lines = {}
-  for line in string.gmatch(redis.call('HGET', KEYS[1], 'h') or '', '[^\n]+') do
+  for line in string.gmatch(st[7] or '', '[^\n]+') do
     table.insert(lines, line)
   end
   table.insert(lines, ARGV[10])
   while #lines > tonumber(ARGV[11]) do
     table.remove(lines, 1)
   end
-  redis.call('HSET', KEYS[1], 'h', table.concat(lines, '\n'))
+  set = {'h', table.concat(lines, '\n')}
 end
-if outcome ~= 'succeed' then
-  redis.call('HDEL', KEYS[1], 'k')
+local function write(...)
+  for _, v in ipairs({...}) do
+    table.insert(set, v)
+  end
+  redis.call('HSET', KEYS[1], unpack(set))
 end
 if outcome == 'succeed' then
-  redis.call('HSET', KEYS[1], 's', 2, 'r', ARGV[6], 'ls', ARGV[8])
-  redis.call('HDEL', KEYS[1], 'le', 'n')
+  redis.call('HDEL', KEYS[1], 'e', 'q', 'le', 'n')
+  write('s', 2, 'r', ARGV[6], 'ls', ARGV[8])
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[3], ARGV[2])
@@ -79,15 +84,18 @@ elseif outcome == 'retry' then
   -- has no route (its events are the empty route's lane): it takes its
   -- request's, so its first retry moves it to its own lane.
   local route = st[4] or ARGV[9]
-  redis.call('HSET', KEYS[1], 's', 3, 'n', ARGV[6], 'ls', ARGV[7], 'le', ARGV[8])
+  redis.call('HDEL', KEYS[1], 'e', 'q', 'k')
   if route ~= '' then
-    redis.call('HSET', KEYS[1], 'rt', route)
+    write('s', 3, 'n', ARGV[6], 'ls', ARGV[7], 'le', ARGV[8], 'rt', route)
+  else
+    write('s', 3, 'n', ARGV[6], 'ls', ARGV[7], 'le', ARGV[8])
   end
   open_lane(tag, ARGV[1], route)
   redis.call('ZADD', lane_key(tag, 'retry', route), ARGV[6], ARGV[2])
 else
   local now = now_ms()
-  redis.call('HSET', KEYS[1], 's', 5, 'n', now, 'ls', ARGV[7], 'le', ARGV[8])
+  redis.call('HDEL', KEYS[1], 'e', 'q', 'k')
+  write('s', 5, 'n', now, 'ls', ARGV[7], 'le', ARGV[8])
   redis.call('ZREM', KEYS[3], ARGV[2])
   if st[5] and st[6] == '1' then
     -- It holds its order key (ORDER_ON_FAILURE=block): kept until it is
