@@ -58,7 +58,8 @@ func newForwarder(app *url.URL, transport http.RoundTripper, completion upstream
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			w.(*outcome).err = err
 		},
-		ErrorLog: zap.NewStdLog(log.Named("reverseproxy")),
+		ErrorLog:   zap.NewStdLog(log.Named("reverseproxy")),
+		BufferPool: &upstream.BufferPool{},
 	}}
 }
 

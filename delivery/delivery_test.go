@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
 // app is the upstream: it records what it received and answers as told.
@@ -611,5 +614,106 @@ func TestDeadLetterLogNamesTheEvent(t *testing.T) {
 		if line[k] != v {
 			t.Errorf("dead-letter line: %s = %v, want %v", k, line[k], v)
 		}
+	}
+}
+
+// TestNudgeRoute: an event queued on a route wakes the lane that holds it
+// and no other, whose Take would find nothing: its route's own lane, or
+// the rest lane for a route without one (no longer async, or none).
+func TestNudgeRoute(t *testing.T) {
+	w := New(Config{Queue: newQueue(t), Upstream: mustURL(t, "http://app.test"), Routes: []string{"/a", "/b"}})
+	for _, tc := range []struct {
+		route string
+		want  string // the label of the one lane nudged
+	}{
+		{"/a", "/a"},
+		{"/b", "/b"},
+		{"/gone", restLabel},
+		{"", restLabel},
+	} {
+		t.Run(tc.want+" for "+strconv.Quote(tc.route), func(t *testing.T) {
+			for _, l := range w.lanes {
+				select {
+				case <-l.nudge:
+				default:
+				}
+			}
+			w.NudgeRoute(tc.route)
+			for _, l := range w.lanes {
+				if got, want := len(l.nudge), map[bool]int{true: 1}[l.label == tc.want]; got != want {
+					t.Errorf("lane %s: %d nudges pending, want %d", l.label, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestTakerReserve: a lane's Take asks for what is free of the
+// deliveries it may hold (twice Concurrency), once at least half of
+// Concurrency is free (at least one), so that a saturated lane's Takes
+// each bring a batch rather than one delivery per settle.
+func TestTakerReserve(t *testing.T) {
+	for _, tc := range []struct {
+		concurrency, held int
+		want              int64
+	}{
+		{16, 0, 32},
+		{16, 16, 16},
+		{16, 24, 8},
+		{16, 25, 0},
+		{16, 31, 0},
+		{16, 32, 0},
+		{1, 0, 2},
+		{1, 1, 1},
+		{1, 2, 0},
+		{3, 4, 2},
+		{3, 5, 1},
+	} {
+		w := New(Config{Queue: newQueue(t), Upstream: mustURL(t, "http://app.test"), Concurrency: tc.concurrency})
+		var held atomic.Int64
+		held.Store(int64(tc.held))
+		tk := w.newTaker(w.lanes[0], context.Background(), nil, &held)
+		if got := tk.reserve(); got != tc.want {
+			t.Errorf("Concurrency %d, %d held: reserved %d, want %d", tc.concurrency, tc.held, got, tc.want)
+		}
+		if got, want := held.Load(), int64(tc.held)+tc.want; got != want {
+			t.Errorf("Concurrency %d, %d held: held %d after, want %d", tc.concurrency, tc.held, got, want)
+		}
+	}
+}
+
+// answerOK is a RoundTripper that answers every request 200 "ok" at once,
+// without a network.
+type answerOK struct{}
+
+func (answerOK) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), ContentLength: 2, Request: r}, nil
+}
+
+// TestForwardPooledBuffers: relaying the app's answer into the attempt's
+// outcome takes a pooled buffer, not the 32 KiB a ReverseProxy allocates
+// per answer without one.
+func TestForwardPooledBuffers(t *testing.T) {
+	f := newForwarder(mustURL(t, "http://app.test"), answerOK{}, upstream.Completion{}, zap.NewNop())
+	send := func() {
+		req, err := inbound(webhookRequest(`{"id":"evt_1"}`), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := f.send(context.Background(), req); o.status != http.StatusOK {
+			t.Fatalf("answered %d (%v), want 200", o.status, o.err)
+		}
+	}
+	send() // the pool's first buffer
+	const n = 200
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		send()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per >= 16<<10 {
+		t.Errorf("%d bytes allocated per attempt, want under 16 KiB", per)
 	}
 }

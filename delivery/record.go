@@ -146,32 +146,73 @@ func (w *Workers) write(ctx context.Context, h *held, op func(context.Context, d
 // event a second time. Only a process that dies (or
 // loses the store for a whole lease) lets its deliveries be taken over.
 // A failed renewal is tried again at the next turn; the outcome's own
-// write says what matters.
+// write says what matters. A timer, not a goroutine, waits for each turn:
+// most deliveries settle long before their first, and a goroutine per
+// delivery cost its scheduling on every event.
 func (w *Workers) keep(ctx context.Context, h *held, route string) (stop func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		every := w.cfg.Lease / 3
-		t := time.NewTimer(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			sctx, scancel := context.WithTimeout(ctx, w.cfg.StoreTimeout)
-			d := h.current()
-			err := w.cfg.Queue.Extend(sctx, d, w.cfg.Lease)
-			scancel()
-			if err != nil && ctx.Err() == nil {
-				w.log.Debug("renewing a delivery's lease failed: trying again", zap.String("event", d.Claim.Key), zap.String("route", route), zap.Error(err))
-			}
-			t.Reset(every)
-		}
-	}()
-	return func() { cancel(); <-done }
+	k := &keeper{w: w, h: h, route: route, base: context.WithoutCancel(ctx)}
+	k.mu.Lock()
+	k.t = time.AfterFunc(w.cfg.Lease/3, k.renew)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// keeper renews one delivery's lease (keep).
+type keeper struct {
+	w     *Workers
+	h     *held
+	route string
+	base  context.Context
+
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	// cancel ends the renewal under way; nil when none is.
+	cancel context.CancelFunc
+	// renewing counts the renewals under way, for stop to wait for.
+	renewing sync.WaitGroup
+}
+
+// renew renews the lease once, and sets the timer for the next turn.
+func (k *keeper) renew() {
+	w := k.w
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithTimeout(k.base, w.cfg.StoreTimeout)
+	k.cancel = cancel
+	k.renewing.Add(1)
+	k.mu.Unlock()
+	defer k.renewing.Done()
+
+	d := k.h.current()
+	err := w.cfg.Queue.Extend(ctx, d, w.cfg.Lease)
+	cancel()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cancel = nil
+	if k.stopped {
+		return
+	}
+	if err != nil {
+		w.log.Debug("renewing a delivery's lease failed: trying again", zap.String("event", d.Claim.Key), zap.String("route", k.route), zap.Error(err))
+	}
+	k.t.Reset(w.cfg.Lease / 3)
+}
+
+// stop ends the renewals: the next does not come, and the one under way,
+// if any, is cancelled and waited for.
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	if k.cancel != nil {
+		k.cancel()
+	}
+	k.mu.Unlock()
+	k.renewing.Wait()
 }
 
 // succeed records that the app took h's event with res, kept for ttl,

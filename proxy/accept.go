@@ -63,7 +63,7 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 		if h.refusing.Load() && h.refusing.Swap(false) {
 			h.log.Info("the queue has room again: accepting webhooks of async routes", zap.Int("queue_max_depth", h.cfg.QueueMaxDepth))
 		}
-		h.cfg.Enqueued()
+		h.cfg.Enqueued(req.Route)
 		return h.answer(w, wh.id, h.cfg.AsyncStatus, outcomeQueued, "", nil)
 	}
 	return h.held(w, wh, rec)

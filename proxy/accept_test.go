@@ -69,7 +69,7 @@ func (q *queueStore) request(t *testing.T, key string) (dedup.Request, bool) {
 func TestAsyncAccept(t *testing.T) {
 	q := newQueueStore(t)
 	var nudges atomic.Int32
-	f := newFixture(t, "/hooks=header:X-Id;async,/sync=header:X-Id", proxy.Config{Store: q, Queue: q, Enqueued: func() { nudges.Add(1) }})
+	f := newFixture(t, "/hooks=header:X-Id;async,/sync=header:X-Id", proxy.Config{Store: q, Queue: q, Enqueued: func(string) { nudges.Add(1) }})
 	body := strings.Repeat("payload ", 100)
 	resp := f.post(t, "/hooks/a?x=1", map[string]string{"X-Id": "e1", "X-Extra": "v"}, body)
 	if resp.StatusCode != http.StatusAccepted || resp.Header.Get(proxy.HeaderOutcome) != "queued" {

@@ -75,30 +75,6 @@ func takeArrivedBody(r *http.Request, wh *webhook, buf *bytes.Buffer) error {
 	return nil
 }
 
-// copyBufferPool is the httputil.BufferPool that relays answers. Webhook
-// answers are small, so its buffers are too: a larger answer takes a few
-// more reads, not a larger buffer per request. It pools pointers to
-// arrays, which a slice of the full size converts back to without an
-// allocation (pooling the slice itself would box a new slice header on
-// every Put).
-type copyBufferPool struct{ p sync.Pool }
-
-const copyBufferSize = 8 << 10
-
-func (c *copyBufferPool) Get() []byte {
-	if b, ok := c.p.Get().(*[copyBufferSize]byte); ok {
-		return b[:]
-	}
-	return new([copyBufferSize]byte)[:]
-}
-
-func (c *copyBufferPool) Put(b []byte) {
-	if len(b) != copyBufferSize {
-		return
-	}
-	c.p.Put((*[copyBufferSize]byte)(b))
-}
-
 // hashingBody follows a body as it streams to the upstream: whether it was
 // read to its end or broke off, and, when asked to, its fingerprint. The
 // transport reads it on its own goroutine, possibly still after the answer

@@ -66,10 +66,11 @@ type Config struct {
 	// refuses is answered 503 queue-full with Retry-After, nothing queued
 	// (a duplicate is still answered as one). If zero, no bound.
 	QueueMaxDepth int
-	// Enqueued is called after a webhook was queued, so that this
-	// process's delivery workers take it at once rather than at their next
-	// poll. If nil, nothing is called.
-	Enqueued func()
+	// Enqueued is called after a webhook was queued, with the path of
+	// the route it came in on (dedup.Request.Route), so that this
+	// process's delivery workers of that route take it at once rather
+	// than at their next poll. If nil, nothing is called.
+	Enqueued func(route string)
 	// KeyPrefix starts every store key.
 	KeyPrefix string
 	// UpstreamTimeout bounds each forwarded request. If zero, 30s.
@@ -147,7 +148,7 @@ type Handler struct {
 	budget bodyBudget
 	// copyBuffers relay the upstream's answers; without them
 	// ReverseProxy allocates 32 KiB per request.
-	copyBuffers copyBufferPool
+	copyBuffers upstream.BufferPool
 	logFields   fieldPool
 	// abandon is cancelled by Abandon to stop waits and upstream requests.
 	abandon context.Context
@@ -204,7 +205,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.AsyncStatus = http.StatusAccepted
 	}
 	if cfg.Enqueued == nil {
-		cfg.Enqueued = func() {}
+		cfg.Enqueued = func(string) {}
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = upstream.NewTransport()

@@ -34,21 +34,31 @@ local function enqueue()
   end
   local route = ARGV[4]
   local ok = ARGV[8]
+  -- The record's fields, written in one HSET.
+  local fields = {'s', 3, 'a', 0, 't', now, 'q', ARGV[3]}
   if ok ~= '' then
-    redis.call('HSET', KEYS[1], 'ok', ok, 'ob', ARGV[9])
-  end
-  local id = ''
-  if ok == '' or join(ARGV[5], ok, ARGV[1]) then
-    id = add_entry(ARGV[5], ARGV[6], ARGV[1], route)
-    redis.call('HSET', KEYS[1], 's', 3, 'a', 0, 't', now, 'n', now, 'e', id, 'q', ARGV[3])
-  else
-    redis.call('HSET', KEYS[1], 's', 3, 'a', 0, 't', now, 'n', WAITING, 'q', ARGV[3])
+    table.insert(fields, 'ok')
+    table.insert(fields, ok)
+    table.insert(fields, 'ob')
+    table.insert(fields, ARGV[9])
   end
   if route ~= '' then
     -- The lane a retry, a takeover or a requeue goes back to. None for the
     -- empty route, as in the records the previous version wrote.
-    redis.call('HSET', KEYS[1], 'rt', route)
+    table.insert(fields, 'rt')
+    table.insert(fields, route)
   end
+  local id = ''
+  table.insert(fields, 'n')
+  if ok == '' or join(ARGV[5], ok, ARGV[1]) then
+    id = add_entry(ARGV[5], ARGV[6], ARGV[1], route)
+    table.insert(fields, now)
+    table.insert(fields, 'e')
+    table.insert(fields, id)
+  else
+    table.insert(fields, WAITING)
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
   redis.call('SET', KEYS[2], ARGV[2])
   redis.call('ZADD', KEYS[3], now, ARGV[1])
   return id

@@ -141,3 +141,74 @@ func scriptCalls(t *testing.T, raw *redis.Client) int {
 	}
 	return n
 }
+
+// TestRedisSettleOneScript settles a delivery on one server in each way a
+// delivery is settled, and checks that each is one script call (the
+// settle and its marker in one step, nothing after it), and that the
+// sync key's marker ends with the lifetime of the record the settle left:
+// a completed record's, a dead letter's keep, none for a dead letter
+// that holds its order key or an event queued again.
+func TestRedisSettleOneScript(t *testing.T) {
+	srv := redistest.New(t)
+	s := openRedis(t, srv)
+	raw := rawClient(t, srv)
+	ctx := context.Background()
+	const ttl, keep = time.Hour, 2 * time.Hour
+	// Every script loaded, so that no EVALSHA falls back to EVAL.
+	storetest.MustEnqueue(t, s, "warm")
+	for _, d := range storetest.Take(t, s, 10, storetest.Lease) {
+		if err := s.Succeed(ctx, d, dedup.Result{Status: 200}, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name   string
+		order  bool // queued with an order key whose dead letter blocks it
+		settle func(d dedup.Delivery) error
+		// want is the marker's lifetime afterwards; zero: none.
+		want time.Duration
+	}{
+		{name: "succeed", settle: func(d dedup.Delivery) error {
+			return s.Succeed(ctx, d, dedup.Result{Status: 200}, ttl)
+		}, want: ttl},
+		{name: "fail", settle: func(d dedup.Delivery) error {
+			return s.Fail(ctx, d, 500, "failed", keep)
+		}, want: keep},
+		{name: "fail holding its order key", order: true, settle: func(d dedup.Delivery) error {
+			return s.Fail(ctx, d, 500, "failed", keep)
+		}},
+		{name: "retry", settle: func(d dedup.Delivery) error {
+			return s.Retry(ctx, d, time.Now().Add(time.Hour), 500, "failed")
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key := "settle/" + strings.ReplaceAll(c.name, " ", "-")
+			req := storetest.Request
+			if c.order {
+				req.OrderKey, req.OrderBlock = key, true
+			}
+			if won, _, err := s.Enqueue(ctx, key, req, 0); err != nil || !won {
+				t.Fatalf("Enqueue = %v, %v", won, err)
+			}
+			ds := storetest.Take(t, s, 10, storetest.Lease)
+			if len(ds) != 1 {
+				t.Fatalf("Take handed out %d deliveries, want 1", len(ds))
+			}
+			before := scriptCalls(t, raw)
+			if err := c.settle(ds[0]); err != nil {
+				t.Fatal(err)
+			}
+			if n := scriptCalls(t, raw) - before; n != 1 {
+				t.Errorf("settling ran %d scripts, want 1", n)
+			}
+			if v := raw.Get(ctx, key).Val(); v != asyncMarker {
+				t.Fatalf("sync key holds %q, want the marker", v)
+			}
+			got := raw.PTTL(ctx, key).Val()
+			if c.want == 0 && got >= 0 || c.want > 0 && (got <= c.want-time.Minute || got > c.want) {
+				t.Errorf("marker's pttl %v, want %v", got, c.want)
+			}
+		})
+	}
+}

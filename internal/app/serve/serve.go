@@ -97,9 +97,9 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	st := backend.Store
 
 	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp)
-	var enqueued func() // nil: proxy.New makes it a no-op
+	var enqueued func(string) // nil: proxy.New makes it a no-op
 	if workers != nil {
-		enqueued = workers.Nudge
+		enqueued = workers.NudgeRoute
 	}
 	handler, err := proxy.New(proxy.Config{
 		Upstream:      cfg.Upstream,

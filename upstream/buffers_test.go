@@ -1,19 +1,19 @@
-package proxy
+package upstream
 
 import "testing"
 
-// TestCopyBufferPool: the relay's buffers come back at their full size, a
+// TestBufferPool: the relay's buffers come back at their full size, a
 // buffer given back costs no allocation (one per answer otherwise), and
 // one of another length is dropped rather than pooled.
-func TestCopyBufferPool(t *testing.T) {
-	var pool copyBufferPool
+func TestBufferPool(t *testing.T) {
+	var pool BufferPool
 	for _, tc := range []struct {
 		name string
 		buf  func() []byte
 	}{
 		{"one of its own", pool.Get},
-		{"shorter", func() []byte { return make([]byte, copyBufferSize/2) }},
-		{"longer", func() []byte { return make([]byte, 2*copyBufferSize) }},
+		{"shorter", func() []byte { return make([]byte, bufferSize/2) }},
+		{"longer", func() []byte { return make([]byte, 2*bufferSize) }},
 		{"its own, resliced short", func() []byte { return pool.Get()[:10] }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -21,8 +21,8 @@ func TestCopyBufferPool(t *testing.T) {
 			if n := testing.AllocsPerRun(100, func() { pool.Put(b) }); n != 0 {
 				t.Errorf("Put allocates %v times", n)
 			}
-			if got := pool.Get(); len(got) != copyBufferSize {
-				t.Errorf("Get returned %d bytes, want %d", len(got), copyBufferSize)
+			if got := pool.Get(); len(got) != bufferSize {
+				t.Errorf("Get returned %d bytes, want %d", len(got), bufferSize)
 			}
 		})
 	}
