@@ -22,13 +22,24 @@ type enqueueCall struct {
 	ctx    context.Context
 	key    string
 	req    *dedup.Request
-	header []byte // req.Header, encoded
-	body   []byte // req.Body, never nil (the column is NOT NULL)
+	header []byte // req.Header, encoded: the call's own
+	body   []byte // a copy of req.Body, never nil (the column is NOT NULL)
 	// misses counts the statements that answered nothing for key (see
 	// claimAnswer): it is asked again, up to claimAttempts times.
 	misses int
 	// done gets the answer, once.
 	done chan enqueueAnswer
+}
+
+// newEnqueueCall is the call of an enqueue of req under key, its header
+// encoded. The call holds a copy of body: a committer may still be
+// encoding its statement's parameters after a caller whose bound passed
+// has returned, and the caller's body is then its own again (the proxy
+// reuses its buffers), which the statement would have read as it
+// changed: a race, and an event queued with another's bytes.
+func newEnqueueCall(ctx context.Context, key string, req dedup.Request, header, body []byte) *enqueueCall {
+	return &enqueueCall{ctx: ctx, key: key, req: &req, header: header,
+		body: append([]byte{}, body...), done: make(chan enqueueAnswer, 1)}
 }
 
 func (c *enqueueCall) groupKey() string         { return c.key }

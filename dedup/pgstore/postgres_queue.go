@@ -301,7 +301,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 			req.RemoteAddr, req.TLS, body, channel, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent,
 			okey, req.OrderBlock)
 	} else {
-		won, rec, err = s.enqueueGrouped(&enqueueCall{ctx: ctx, key: key, req: &req, header: header, body: body, done: make(chan enqueueAnswer, 1)})
+		won, rec, err = s.enqueueGrouped(newEnqueueCall(ctx, key, req, header, body))
 	}
 	s.depth.answered(won || err != nil)
 	if err != nil {

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -38,6 +39,9 @@ type succeedCall struct {
 // newSucceedCall is the call of Succeed(ctx, d, res, ttl), tok d's token.
 func newSucceedCall(ctx context.Context, d dedup.Delivery, tok [codec.TokenLen]byte, res dedup.Result, ttl time.Duration) *succeedCall {
 	status, fp, ct, body := resultColumns(res)
+	// A copy, as an enqueue's (newEnqueueCall): the statement may be
+	// encoded after a caller whose bound passed has returned.
+	body = bytes.Clone(body)
 	return &succeedCall{ctx: ctx, key: d.Claim.Key, tok: tok, ttl: micros(ttl), status: status,
 		fingerprint: fp, contentType: ct, body: body, attempt: attemptJSON(d, res.Status, ""), done: make(chan bool, 1)}
 }
