@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/storeop"
@@ -347,9 +348,8 @@ func (s *Store) announce(now time.Time) bool {
 // too late, or not at all): to no one, until the lease ran out (LEASE_TTL,
 // 45s by default), with every event of their order keys waiting behind
 // them. Now the connection is closed unanswered, and the transaction is
-// rolled back. Only a COMMIT sent whose answer is lost (the database gone
-// for a whole Timeout after it) may still lease them, as a process that
-// dies does.
+// rolled back; and a COMMIT sent whose answer does not come hands the
+// deliveries out (commitFailed).
 func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
 	if take, err := storeop.CheckTake(ctx, n, lease); !take {
 		return nil, err
@@ -381,7 +381,7 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	// caller (a shutdown), which would lose what was taken.
 	cctx, cancelCommit := s.bound(context.WithoutCancel(ctx))
 	defer cancelCommit()
-	if _, err := conn.Exec(cctx, "COMMIT"); err != nil {
+	if _, err := conn.Exec(cctx, "COMMIT"); commitFailed(err) {
 		return nil, fmt.Errorf("dedup: take: committing the leases: %w", err)
 	}
 	token := hex.EncodeToString(tok[:])
@@ -403,6 +403,20 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	}
 	s.depth.took(epoch, len(out))
 	return out, nil
+}
+
+// commitFailed reports whether err, a COMMIT's, says it did not commit:
+// the database refused it, or it was never sent (the connection closed
+// meanwhile rolls the transaction back). A COMMIT sent and not answered
+// within its bound most likely committed (a database slow to write its
+// WAL, as the bench's was, now and then, for over a second, on a machine
+// whose other work kept its disk busy): its deliveries are handed out. Were
+// their lease not committed after all, this process's next Take finds them
+// due, and a worker holding one adopts the new lease for its outcome
+// (delivery's holding), rather than deliver them again a LEASE_TTL later.
+func commitFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && (errors.As(err, &pgErr) || pgconn.SafeToRetry(err))
 }
 
 // takenRow is a row of a take statement, its header not yet decoded.
