@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/storeop"
@@ -337,11 +338,23 @@ func (s *Store) announce(now time.Time) bool {
 }
 
 // Take leases up to n due deliveries of lane to the caller for lease.
+//
+// The lease commits only once its rows are in hand: the statement runs in
+// a transaction of its own (BEGIN goes in the same round trip), committed
+// once its answer is read. Committed with the statement, as a statement
+// of its own is, a Take whose caller stopped waiting (Timeout on a loaded
+// database, or a shutdown) while the database was still at it leased its
+// rows all the same once the statement ended (pgx's cancel request came
+// too late, or not at all): to no one, until the lease ran out (LEASE_TTL,
+// 45s by default), with every event of their order keys waiting behind
+// them. Now the connection is closed unanswered, and the transaction is
+// rolled back; and a COMMIT sent whose answer does not come hands the
+// deliveries out (commitFailed).
 func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error) {
 	if take, err := storeop.CheckTake(ctx, n, lease); !take {
 		return nil, err
 	}
-	ctx, cancel := s.bound(ctx)
+	bctx, cancel := s.bound(ctx)
 	defer cancel()
 	epoch := s.depth.takeBegins()
 	tok := codec.NewToken()
@@ -352,25 +365,31 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	case len(lane.Except) > 0:
 		sql, args = s.sql.takeRest, append(args, lane.Except)
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	conn, err := s.pool.Acquire(bctx)
 	if err != nil {
 		return nil, fmt.Errorf("dedup: take: %w", err)
 	}
+	// Released in its transaction (an error before COMMIT), a connection
+	// is closed, which rolls the transaction back.
+	defer conn.Release()
+	taken, err := takeRows(bctx, conn.Conn(), sql, args)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: take: %w", err)
+	}
+	// The rows are in hand: the COMMIT has a bound of its own, whatever
+	// the statement took of the first, and is not cut short by the
+	// caller (a shutdown), which would lose what was taken.
+	cctx, cancelCommit := s.bound(context.WithoutCancel(ctx))
+	defer cancelCommit()
+	if _, err := conn.Exec(cctx, "COMMIT"); commitFailed(err) {
+		return nil, fmt.Errorf("dedup: take: committing the leases: %w", err)
+	}
 	token := hex.EncodeToString(tok[:])
-	var out []dedup.Delivery
-	for rows.Next() {
-		var d dedup.Delivery
-		var header, headerRaw []byte
+	out := make([]dedup.Delivery, 0, len(taken))
+	for _, row := range taken {
+		d := row.d
 		r := &d.Request
-		var ttlMicros int64
-		if err := rows.Scan(&d.Claim.Key, &r.Method, &r.RequestURI, &r.Host, &header, &headerRaw, &r.RemoteAddr, &r.TLS, &r.Body,
-			&r.Route, &r.Namespace, &ttlMicros, &r.TraceParent, &d.Attempt, &d.AcceptedAt); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("dedup: take: %w", err)
-		}
-		r.TTL = time.Duration(ttlMicros) * time.Microsecond
-		if err := readHeader(r, header, headerRaw); err != nil {
-			rows.Close()
+		if err := readHeader(r, row.header, row.headerRaw); err != nil {
 			return nil, fmt.Errorf("dedup: take %s: header: %w", d.Claim.Key, err)
 		}
 		if len(r.Header) == 0 {
@@ -382,11 +401,63 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 		d.Claim.Token = token
 		out = append(out, d)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("dedup: take: %w", err)
-	}
 	s.depth.took(epoch, len(out))
 	return out, nil
+}
+
+// commitFailed reports whether err, a COMMIT's, says it did not commit:
+// the database refused it, or it was never sent (the connection closed
+// meanwhile rolls the transaction back). A COMMIT sent and not answered
+// within its bound most likely committed (a database slow to write its
+// WAL, as the bench's was, now and then, for over a second, on a machine
+// whose other work kept its disk busy): its deliveries are handed out. Were
+// their lease not committed after all, this process's next Take finds them
+// due, and a worker holding one adopts the new lease for its outcome
+// (delivery's holding), rather than deliver them again a LEASE_TTL later.
+func commitFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && (errors.As(err, &pgErr) || pgconn.SafeToRetry(err))
+}
+
+// takenRow is a row of a take statement, its header not yet decoded.
+type takenRow struct {
+	d                 dedup.Delivery
+	header, headerRaw []byte
+}
+
+// takeRows opens a transaction on conn and runs the take statement sql in
+// it, in one round trip, and reads its rows; the transaction is left open
+// for the caller to commit.
+func takeRows(ctx context.Context, conn *pgx.Conn, sql string, args []any) ([]takenRow, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sql, args...)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	var out []takenRow
+	for rows.Next() {
+		var row takenRow
+		r := &row.d.Request
+		var ttlMicros int64
+		if err := rows.Scan(&row.d.Claim.Key, &r.Method, &r.RequestURI, &r.Host, &row.header, &row.headerRaw, &r.RemoteAddr, &r.TLS, &r.Body,
+			&r.Route, &r.Namespace, &ttlMicros, &r.TraceParent, &row.d.Attempt, &row.d.AcceptedAt); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		r.TTL = time.Duration(ttlMicros) * time.Microsecond
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, br.Close()
 }
 
 // settle runs one token-checked statement on d's queue row (see owned),
