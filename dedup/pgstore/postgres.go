@@ -145,6 +145,9 @@ func Open(cfg Config) (*Store, error) {
 	if !hasOption(cfg.URL, "pool_max_conns") {
 		pc.MaxConns = defaultPGConns
 	}
+	if !hasOption(cfg.URL, "plan_cache_mode") {
+		pc.AfterConnect = planEachRun
+	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = cfg.Timeout
 	}
@@ -180,6 +183,25 @@ func Open(cfg Config) (*Store, error) {
 		s.done.Go(func() { s.pruneEvery(ctx, cfg.PruneInterval) })
 	}
 	return s, nil
+}
+
+// planEachRun has PostgreSQL plan each run of a statement on conn for its
+// parameters' values and the tables as they are (plan_cache_mode), never
+// reuse a generic plan. The store's statements are prepared (pgx caches
+// them), and after five runs PostgreSQL may keep a generic plan, made for
+// no values and the statistics of that moment, for every later run on
+// the connection. Made while the queue was empty, as a healthy queue
+// mostly is, it is built for the one row the statistics promise: a Take
+// then read the whole queue, once for every due row (a nested loop of
+// sequential scans), and went on doing so as a burst filled it; delivery
+// fell to a fifth of intake (TestPostgresPlansFollowTheQueue,
+// docs/performance.md). Each plan costs its statement's planning again,
+// as most runs already did. A URL that sets plan_cache_mode keeps its own.
+func planEachRun(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_custom_plan"); err != nil {
+		return fmt.Errorf("dedup: PostgreSQL: setting plan_cache_mode (PostgreSQL 12 or later): %w", err)
+	}
+	return nil
 }
 
 // hasOption reports whether a URL or key=value connection string sets

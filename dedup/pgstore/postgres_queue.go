@@ -124,14 +124,6 @@ UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval
 FROM due WHERE q.key = due.key
 RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
 
-// takeAllSQL takes from every route (dedup.AllRoutes), by the due index.
-const takeAllSQL = `WITH due AS (
-	SELECT key FROM %[1]squeue q
-	WHERE failed_at IS NULL AND due_at <= now() AND ` + headOnly + `
-	ORDER BY due_at LIMIT $1
-	FOR UPDATE SKIP LOCKED
-)` + takeLease
-
 // takeRouteSQL takes from route $4's lane, by the lane index: an index
 // range of that route's due rows, which another route's backlog is not in.
 // The route is matched with = ANY(ARRAY[...]), not =, for the planner:
@@ -150,14 +142,20 @@ const takeRouteSQL = `WITH due AS (
 	FOR UPDATE SKIP LOCKED
 )` + takeLease
 
-// takeRestSQL takes from the lane of every route but those in $4. The due
-// index would read through the excepted routes' due rows to reach the
-// rest (a hung route's backlog on every Take), and no index range holds
-// "every route but these": so the routes are walked in the lane index
+// takeRestSQL takes from the lane of every route but those in $4, and
+// from every route when $4 is empty (dedup.AllRoutes). The due index
+// would read through the excepted routes' due rows to reach the rest (a
+// hung route's backlog on every Take), and no index range holds "every
+// route but these": so the routes are walked in the lane index
 // instead, one descent each (routes, a loose index scan: there are a few
 // routes, and any number of events), and each route not excepted gives
 // its oldest $1 due rows, by the lane index (matched as in takeRouteSQL),
-// of which the oldest $1 are taken. Each route's rows are locked as they
+// of which the oldest $1 are taken. (With no route excepted, the due
+// index would give the oldest due rows at once; but the planner, whose
+// statistics took the queue for empty, sorted every due row instead, on
+// each Take, by a plan as cheap as the lane walk's for the rows it
+// expected: TestPostgresPlansFollowTheQueue. The lane walk has no such
+// plan.) Each route's rows are locked as they
 // are read, up to $1 of each: those not taken are let go when the
 // statement commits, and a concurrent Take, which skips them meanwhile,
 // finds the next ones of each route rather than nothing.
@@ -358,12 +356,10 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	defer cancel()
 	epoch := s.depth.takeBegins()
 	tok := codec.NewToken()
-	sql, args := s.sql.takeAll, []any{n, tok[:], micros(lease)}
-	switch {
-	case !lane.Rest:
-		sql, args = s.sql.takeRoute, append(args, lane.Route)
-	case len(lane.Except) > 0:
-		sql, args = s.sql.takeRest, append(args, lane.Except)
+	// A nil Except would go as NULL, which no route is unequal to.
+	sql, args := s.sql.takeRest, []any{n, tok[:], micros(lease), append([]string{}, lane.Except...)}
+	if !lane.Rest {
+		sql, args[3] = s.sql.takeRoute, lane.Route
 	}
 	conn, err := s.pool.Acquire(bctx)
 	if err != nil {

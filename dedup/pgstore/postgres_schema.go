@@ -164,7 +164,7 @@ type statements struct {
 	claim, complete, release, lookup, forget, ping, prune string
 	enqueue, enqueueMany, succeed, succeeded, retry, fail string
 	requeue, succeedMany, lockOrdersOf                    string
-	takeAll, takeRoute, takeRest, extend                  string
+	takeRoute, takeRest, extend                           string
 	deadLetters, stats, notify                            string
 	lockOrderKey, lockOrderOf                             string
 	events                                                [4]string // by dedup.State - Completed (eventsSQL)
@@ -260,7 +260,6 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 	SELECT ctid FROM %[1]srecords WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`),
 		enqueue:      f(enqueueSQL),
 		enqueueMany:  f(enqueueManySQL),
-		takeAll:      f(takeAllSQL),
 		takeRoute:    f(takeRouteSQL),
 		takeRest:     f(takeRestSQL),
 		extend:       f(extendSQL),
