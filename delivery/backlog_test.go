@@ -92,13 +92,16 @@ func (s *slowStats) reads() []time.Time {
 // every 400 ms (a twentieth of the time), not at the Backlog's usual
 // pace (here 1 ms).
 func TestBacklogSlowStats(t *testing.T) {
-	src := &slowStats{took: 20 * time.Millisecond}
+	const took = 20 * time.Millisecond
+	src := &slowStats{took: took}
 	b := NewBacklog(src, nil)
 	b.every = time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); b.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
+	// Three reads, each twenty times its length after the one before.
+	within := 2*20*took + 3*took + loadMargin
+	deadline := time.Now().Add(within)
 	for len(src.reads()) < 3 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -106,7 +109,7 @@ func TestBacklogSlowStats(t *testing.T) {
 	<-done
 	starts := src.reads()
 	if len(starts) < 3 {
-		t.Fatalf("%d reads in 10 s, want 3", len(starts))
+		t.Fatalf("%d reads in %s, want 3", len(starts), within)
 	}
 	for i := 1; i < len(starts); i++ {
 		if gap := starts[i].Sub(starts[i-1]); gap < 400*time.Millisecond {

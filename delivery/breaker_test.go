@@ -66,7 +66,8 @@ func TestDeadAppProbed(t *testing.T) {
 		t.Errorf("%d attempts in 1.5 s against an app refusing every connection, want the 16 that open the breaker and a few probes", got)
 	}
 	app.up.Store(true)
-	await(t, "every event delivered once the app answers", func() bool {
+	// The next probe is due within a pause, at most MaxProbePause.
+	awaitWithin(t, "every event delivered once the app answers", MaxProbePause, func() bool {
 		for i := range n {
 			if q.record(t, fmt.Sprint("k", i)).State != dedup.Completed {
 				return false

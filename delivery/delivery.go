@@ -24,6 +24,10 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
+// DefaultPollInterval is Config.PollInterval when it is zero: how often
+// an idle lane looks for due deliveries besides the nudges of new ones.
+const DefaultPollInterval = 200 * time.Millisecond
+
 // Queue is what the workers need of the store's async queue (dedup.Queue).
 type Queue interface {
 	Take(ctx context.Context, lane dedup.Lane, n int, lease time.Duration) ([]dedup.Delivery, error)
@@ -131,7 +135,8 @@ type Config struct {
 	// DeadLetterTTL is how long a dead letter is kept. If zero, 168h.
 	DeadLetterTTL time.Duration
 	// PollInterval is how often an idle worker pool looks for due
-	// deliveries; Nudge makes it look at once. If zero, 200ms.
+	// deliveries; Nudge makes it look at once. If zero,
+	// DefaultPollInterval.
 	PollInterval time.Duration
 	// StoreTimeout bounds each settling store call. If zero, 5s.
 	StoreTimeout time.Duration
@@ -214,7 +219,7 @@ func New(cfg Config) *Workers {
 		cfg.DeadLetterTTL = 168 * time.Hour
 	}
 	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 200 * time.Millisecond
+		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = 5 * time.Second

@@ -198,7 +198,7 @@ func (q *takesAtOnce) Take(ctx context.Context, lane dedup.Lane, n int, lease ti
 	if !first {
 		select {
 		case <-q.two:
-		case <-time.After(10 * time.Second):
+		case <-time.After(loadMargin): // a bound, should the second Take never come
 		}
 	}
 	return q.diskQueue.Take(ctx, lane, n, lease)

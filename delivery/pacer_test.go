@@ -352,7 +352,7 @@ func TestWorkersPauseRoute(t *testing.T) {
 			if a, b := paused(t, m, "/a"), paused(t, m, "/b"); a != 1 || b != 0 {
 				t.Errorf("route_paused during /a's pause: /a %v, /b %v; want 1, 0", a, b)
 			}
-			await(t, "/a's events delivered after the pause", func() bool { return len(app.times("/a")) == 7 })
+			awaitWithin(t, "/a's events delivered after the pause", pause, func() bool { return len(app.times("/a")) == 7 })
 			// With one slot, the 429 was the only attempt under way:
 			// every other came after the pause.
 			for i, ts := range app.times("/a")[1:] {
@@ -431,7 +431,7 @@ func TestWorkersPauseLeavesQueued(t *testing.T) {
 		}
 		time.Sleep(poll / 2)
 	}
-	await(t, "/p's events delivered after the pause", func() bool { return len(app.times("/p")) == events })
+	awaitWithin(t, "/p's events delivered after the pause", pause, func() bool { return len(app.times("/p")) == events })
 	if first := slices.MinFunc(app.times("/p"), func(x, y time.Time) int { return x.Compare(y) }); first.Before(until) {
 		t.Errorf("an attempt reached the app %s before the pause's end", until.Sub(first))
 	}

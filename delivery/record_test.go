@@ -52,8 +52,9 @@ func TestRecordedThroughAnOutage(t *testing.T) {
 	q.enqueue(t, "k1", webhookRequest(`{"id":"evt_1"}`))
 	// A lease far shorter than the outage: Take hands the event out again
 	// while its record is still being written.
-	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), UpstreamTimeout: 100 * time.Millisecond, Lease: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond})
-	await(t, "the store to refuse a few tries and the lease to run out", func() bool {
+	const lease = 300 * time.Millisecond
+	run(t, Config{Queue: q, Upstream: mustURL(t, a.URL), UpstreamTimeout: 100 * time.Millisecond, Lease: lease, PollInterval: 20 * time.Millisecond})
+	awaitWithin(t, "the store to refuse a few tries and the lease to run out", lease, func() bool {
 		return q.refused.Load() >= 5 && q.record(t, "k1").Delivery.Attempts >= 2
 	})
 	q.refuse.Store(false)
@@ -87,7 +88,7 @@ func (q *lateRetry) Retry(ctx context.Context, d dedup.Delivery, next time.Time,
 	err := q.diskQueue.Retry(ctx, d, next, status, reason)
 	select {
 	case <-q.took:
-	case <-time.After(5 * time.Second): // a bound, should no Take come
+	case <-time.After(loadMargin): // a bound, should no Take come: the next poll's would
 	}
 	return err
 }

@@ -225,9 +225,10 @@ func TestAsyncDeliveredDuplicates(t *testing.T) {
 	tr := upstreamhttp.NewTransport()
 	t.Cleanup(tr.CloseIdleConnections)
 	u, _ := url.Parse(f.up.URL)
+	const poll = 5 * time.Millisecond
 	w := delivery.New(delivery.Config{Queue: q, Upstream: u, Transport: tr,
 		ReplayResponse: true, ReplayMaxBytes: 1024, BodyFingerprint: true, Bodies: q, KeyPrefix: "test:",
-		PollInterval: 5 * time.Millisecond})
+		PollInterval: poll})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(done) }()
@@ -244,14 +245,15 @@ func TestAsyncDeliveredDuplicates(t *testing.T) {
 	t.Cleanup(stop)
 
 	wantAnswer(t, f.post(t, "/hooks/a", map[string]string{"X-Id": "e1"}, "payload"), http.StatusAccepted, "queued")
-	deadline := time.Now().Add(10 * time.Second)
+	// The workers find it at their next poll at the latest.
+	deadline := time.Now().Add(poll + loadMargin)
 	for {
 		rec, err := q.Lookup(context.Background(), "test:/hooks:e1")
 		if err == nil && rec.State == dedup.Completed {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not delivered within 10s: %s, %v", rec.State, err)
+			t.Fatalf("not delivered within %s: %s, %v", poll+loadMargin, rec.State, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -329,7 +331,7 @@ func TestAsyncEnqueueConcurrency(t *testing.T) {
 	for i := range answers {
 		answers[i] = f.postAsync(t, "/hooks", map[string]string{"X-Id": fmt.Sprint("e", i)}, "{}")
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(loadMargin)
 	for q.inside.Load() < 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d enqueues under way, want 2", q.inside.Load())

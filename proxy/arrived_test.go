@@ -102,8 +102,8 @@ func (f *arrivedFixture) expectForwarded(t *testing.T, id string, body []byte) {
 		if !bytes.Equal(got, body) {
 			t.Fatalf("the upstream got %d bytes, want the %d sent", len(got), len(body))
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the upstream got no body within 5s")
+	case <-time.After(loadMargin):
+		t.Fatalf("the upstream got no body within %s", loadMargin)
 	}
 	rec := pollSettled(t, f.store, "test:github:"+id)
 	if rec.State != dedup.Completed || rec.Result.Fingerprint != sha256.Sum256(body) {
@@ -169,7 +169,7 @@ func TestArrivedBodyPartStreams(t *testing.T) {
 	}
 	select {
 	case <-f.arrived:
-	case <-time.After(5 * time.Second):
+	case <-time.After(loadMargin):
 		t.Fatal("the upstream saw nothing of a request whose body is half sent: the proxy waited for the rest")
 	}
 	if _, err := conn.Write(body[1024:]); err != nil {

@@ -88,7 +88,7 @@ func TestCompletedAfterTheAnswer(t *testing.T) {
 			select {
 			case resp := <-first:
 				wantAnswer(t, resp, http.StatusOK, "forwarded")
-			case <-time.After(5 * time.Second):
+			case <-time.After(loadMargin):
 				t.Fatal("the sender had no answer while its record was being completed")
 			}
 			// A new connection, as a sender's retry or a concurrent

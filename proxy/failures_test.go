@@ -79,7 +79,7 @@ func TestSenderGoneAfterForwardAppSettles(t *testing.T) {
 // the answer waits here.
 func pollSettled(t *testing.T, s proxy.Store, key string) dedup.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(loadMargin)
 	for {
 		rec, err := s.Lookup(context.Background(), key)
 		if errors.Is(err, dedup.ErrNotFound) {
@@ -89,7 +89,7 @@ func pollSettled(t *testing.T, s proxy.Store, key string) dedup.Record {
 			return rec
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("key %s still in flight after 5s (%v)", key, err)
+			t.Fatalf("key %s still in flight after %s (%v)", key, loadMargin, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -175,8 +175,8 @@ func TestSenderGoneDuringClaim(t *testing.T) {
 	// look at the key.
 	select {
 	case <-st.claimed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the store took no claim within 5s of being let go")
+	case <-time.After(loadMargin):
+		t.Fatalf("the store took no claim within %s of being let go", loadMargin)
 	}
 	f.pollCounter(t, "webhook_dedup_requests_total", "outcome", "client-gone", 1)
 	if rec, err := f.store.Lookup(context.Background(), key); !errors.Is(err, dedup.ErrNotFound) {

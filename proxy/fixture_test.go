@@ -178,14 +178,23 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value stri
 	return sum
 }
 
+// loadMargin is what every wait in these tests allows beyond the timeouts
+// the test itself configures: the time a loaded 2-core machine (the suite
+// under the race detector, beside other work) may add to scheduling the
+// proxy's handlers, its store, its upstream and the test. An event with
+// no configured timeout in its way (an in-memory store, an httptest
+// upstream) takes only that. It is the one guess the waits make, stated
+// once: the longest any of them allowed before, so that none is shorter.
+const loadMargin = 10 * time.Second
+
 // pollCounter waits, with a deadline, for a counter to reach want: a
 // handler whose sender is gone finishes after the sender stops waiting.
 func (f *fixture) pollCounter(t *testing.T, name, label, value string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(loadMargin)
 	for f.counter(t, name, label, value) != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s{%s=%q} = %v after 5s, want %v", name, label, value, f.counter(t, name, label, value), want)
+			t.Fatalf("%s{%s=%q} = %v after %s, want %v", name, label, value, f.counter(t, name, label, value), loadMargin, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -279,14 +279,14 @@ func (f *hostile) post(t *testing.T, path string, header http.Header, body strin
 // finish after their client has gone.
 func (f *hostile) expectSettled(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(loadMargin)
 	for {
 		_, _, held := f.store.account()
 		if len(held) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("claims still held after 5s: %q", held)
+			t.Fatalf("claims still held after %s: %q", loadMargin, held)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -306,8 +306,8 @@ func (f *hostile) nextOutcome(t *testing.T) string {
 	select {
 	case o := <-f.outcomes:
 		return o
-	case <-time.After(10 * time.Second):
-		t.Fatal("no handler returned within 10s")
+	case <-time.After(loadMargin):
+		t.Fatalf("no handler returned within %s", loadMargin)
 		return ""
 	}
 }
@@ -460,7 +460,7 @@ func rawExchange(t *testing.T, addr string, head string) (int, error) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(loadMargin))
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
@@ -592,7 +592,8 @@ func TestHostileStreamedFingerprint(t *testing.T) {
 // TestHostileSlowHeaders: the public server, as the binary builds it, cuts a
 // client off once its headers take longer than ReadHeaderTimeout.
 func TestHostileSlowHeaders(t *testing.T) {
-	f := newHostile(t, "/gh=github", providers.Options{}, proxy.Config{}, map[string]string{"READ_HEADER_TIMEOUT": "200ms"})
+	const readHeaderTimeout = 200 * time.Millisecond
+	f := newHostile(t, "/gh=github", providers.Options{}, proxy.Config{}, map[string]string{"READ_HEADER_TIMEOUT": readHeaderTimeout.String()})
 	c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -613,8 +614,9 @@ func TestHostileSlowHeaders(t *testing.T) {
 	}()
 	defer func() { c.Close(); <-stopped }()
 	// net/http closes the connection, with or without a 400 first
-	// (depending on where in a line the deadline falls).
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// (depending on where in a line the deadline falls), once
+	// READ_HEADER_TIMEOUT is over.
+	_ = c.SetReadDeadline(time.Now().Add(readHeaderTimeout + loadMargin))
 	got, err := io.ReadAll(c)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {

@@ -54,13 +54,13 @@ func TestWebhookLogLevelFollowsTheApp(t *testing.T) {
 // written once the handler returns, after the sender has its answer.
 func awaitWebhookLine(t *testing.T, logs *observer.ObservedLogs, id string) observer.LoggedEntry {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(loadMargin)
 	for {
 		if lines := logs.FilterMessage("webhook").FilterField(zap.String("event_id", id)).All(); len(lines) > 0 {
 			return lines[0]
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no log line for event %s within 5s", id)
+			t.Fatalf("no log line for event %s within %s", id, loadMargin)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -266,7 +266,7 @@ func (s lookupWatch) Lookup(ctx context.Context, key string) (dedup.Record, erro
 // awaitLookup waits until key has been looked up: a copy is waiting on it.
 func (s lookupWatch) awaitLookup(t *testing.T, key string) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(loadMargin)
 	for {
 		select {
 		case k := <-s.looked:
@@ -274,7 +274,7 @@ func (s lookupWatch) awaitLookup(t *testing.T, key string) {
 				return
 			}
 		case <-deadline:
-			t.Fatalf("nothing looked %s up within 10s: no copy waited for the first", key)
+			t.Fatalf("nothing looked %s up within %s: no copy waited for the first", key, loadMargin)
 		}
 	}
 }

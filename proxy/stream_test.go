@@ -114,7 +114,7 @@ func TestStreamedAnswerIsRelayedAsWritten(t *testing.T) {
 		if s != "first" {
 			t.Fatalf("read %q, want the first part", s)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(loadMargin):
 		t.Fatal("the first part did not arrive while the upstream was still answering")
 	}
 }

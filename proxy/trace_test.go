@@ -53,7 +53,7 @@ func (tr *traced) memoryStore(t *testing.T) proxy.Store {
 // once it has answered, so the sender may have its answer first.
 func (tr *traced) awaitServerSpans(t *testing.T, n int) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(loadMargin)
 	for {
 		spans := tr.sr.Ended()
 		servers := 0
@@ -66,7 +66,7 @@ func (tr *traced) awaitServerSpans(t *testing.T, n int) []sdktrace.ReadOnlySpan 
 			return spans
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d webhook spans after 5s, want %d", servers, n)
+			t.Fatalf("%d webhook spans after %s, want %d", servers, loadMargin, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -261,9 +261,13 @@ func deadAppRun(t *testing.T, shape deadShape) {
 	if fl != nil {
 		fl.fault.Store(nil)
 	}
-	// The next probe is due within a pause, at most MaxProbePause; then
-	// the queue goes at full concurrency.
-	awaitEffects(t, app, keys, asyncdelivery.MaxProbePause+10*time.Second)
+	// The probe out as the app comes back may meet the fault until
+	// UPSTREAM_TIMEOUT; the next is due within a pause, at most
+	// MaxProbePause, and is taken as a lone event is (taken); then the
+	// queue goes at full concurrency (drained), each event after its
+	// backoff (at most RETRY_MAX_INTERVAL).
+	b := px.bounds()
+	awaitEffects(t, app, keys, b.cfg.UpstreamTimeout+asyncdelivery.MaxProbePause+b.taken()+b.cfg.RetryMaxInterval+b.drained(len(keys), 0))
 	if dead := sample(px.metrics(t), "webhook_dedup_deliveries_total", map[string]string{"result": "dead-lettered"}); dead > 0 {
 		t.Errorf("%v events dead-lettered while the app was away (RETRY_MAX_ATTEMPTS %s): the probes ran them out of attempts", dead, env["RETRY_MAX_ATTEMPTS"])
 	}

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -114,10 +113,13 @@ func queueMaxDepthRun(t *testing.T, st asyncStore, rs []provider, proxies int, b
 			expect(t, "an event to fill a delivery slot", mustSend(t, ctx, client, pxs[0], p, p.Event(1000+i)), 202, "queued")
 		}
 	}
-	awaitHeld(t, app, slots)
+	// Each is taken as a lone event is, by whichever proxy's lane looks
+	// first.
+	taken := pxs[0].bounds().taken()
+	awaitHeld(t, app, slots, taken)
 	for i := range 2 * proxies {
 		for _, p := range []provider{acme, jsonPath} {
-			pxs[0].awaitState(t, p, p.Event(1000+i).ID, "delivering", 15*time.Second)
+			pxs[0].awaitState(t, p, p.Event(1000+i).ID, "delivering", taken)
 		}
 	}
 
@@ -229,31 +231,28 @@ func queueMaxDepthRun(t *testing.T, st asyncStore, rs []provider, proxies int, b
 		return
 	}
 
-	// Once the app answers, the queue drains and the refused are taken.
+	// Once the app answers, the queue drains and the refused are taken:
+	// the workers go through what waits (drained), and the proxy
+	// refuses no longer once it has read the depth since (observed).
 	hold()
 	again := refused[0]
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		a := mustSend(t, ctx, client, pxs[0], again.p, again.ev)
-		if a.Status == http.StatusAccepted {
-			break
+	b := pxs[0].bounds()
+	await(t, b.drained(slots+len(accepted), 0)+b.observed(), func() error {
+		if a := mustSend(t, ctx, client, pxs[0], again.p, again.ev); a.Status != http.StatusAccepted {
+			return fmt.Errorf("once the app answers, refused %s is still answered %s", again.ev.ID, a)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("once the app answers, refused %s is still answered %s after 20s", again.ev.ID, a)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 }
 
-// awaitHeld waits until the app holds n requests at once.
-func awaitHeld(t *testing.T, app *scriptedApp, n int) {
+// awaitHeld waits until the app holds n requests at once, for at most
+// deadline.
+func awaitHeld(t *testing.T, app *scriptedApp, n int, deadline time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for int(app.inside.Load()) < n {
-		if ctx.Err() != nil {
-			t.Fatalf("the app holds %d requests, want %d (every delivery slot)", app.inside.Load(), n)
+	await(t, deadline, func() error {
+		if got := int(app.inside.Load()); got < n {
+			return fmt.Errorf("the app holds %d requests, want %d (every delivery slot)", got, n)
 		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 }

@@ -154,20 +154,17 @@ func (tr *trickler) awaitCutOff(t *testing.T) (string, time.Duration) {
 }
 
 // awaitNoKey polls Redis until key does not exist: the claim was released
-// (or never taken).
-func awaitNoKey(t *testing.T, redisAddr, key string) {
+// (or never taken). Once the request has ended (cut off, or its sender
+// gone), p releases its claim in one store operation (claimed).
+func (p *proxy) awaitNoKey(t *testing.T, redisAddr, key string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	await(t, p.bounds().claimed(), func() error {
 		n, err := redisInt(redisAddr, "EXISTS", key)
 		if err == nil && n == 0 {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %q still exists after 5s (EXISTS: %d, %v); keys: %s", key, n, err, redisKeys(redisAddr))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("key %q still exists (EXISTS: %d, %v); keys: %s", key, n, err, redisKeys(redisAddr))
+	})
 }
 
 // expectNoPanic fails if the proxy's output shows a panic or a race.

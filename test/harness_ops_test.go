@@ -228,14 +228,17 @@ func sendAsync(ctx context.Context, client *http.Client, px *proxy, p provider, 
 	return ch
 }
 
-// receive waits for an answer from sendAsync.
-func receive(t testing.TB, what string, ch <-chan answer) answer {
+// receive waits for the answer of a webhook sent to p with sendAsync, for
+// as long as p may take to answer one (answered): what it waited on is
+// released, or the webhook is on its way, when the test calls it.
+func (p *proxy) receive(t testing.TB, what string, ch <-chan answer) answer {
 	t.Helper()
+	deadline := p.bounds().answered()
 	select {
 	case a := <-ch:
 		return a
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: no answer within 30s", what)
+	case <-time.After(deadline):
+		t.Fatalf("%s: no answer within %s", what, deadline)
 		return answer{}
 	}
 }

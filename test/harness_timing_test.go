@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/config"
+	asyncdelivery "github.com/webhook-dedup/webhook-dedup/delivery"
 )
 
 // How long the tests wait. A wait polls for the event it names and ends
@@ -64,6 +65,16 @@ func (b bounds) claimed() time.Duration {
 // the app (at most UPSTREAM_TIMEOUT), and the record of its answer.
 func (b bounds) answered() time.Duration {
 	return 2*b.storeOp() + b.cfg.UpstreamTimeout + loadMargin
+}
+
+// taken bounds how long an event answered queued takes to reach the app
+// while nothing fails (no lease to wait out, as in delivered) and a
+// delivery slot is free: the Take under way when it was queued, the
+// lane's next look for due deliveries (at once on the nudge its enqueue
+// sends, or at its poll, every asyncdelivery.DefaultPollInterval), and
+// the Take that finds it.
+func (b bounds) taken() time.Duration {
+	return 2*b.storeOp() + asyncdelivery.DefaultPollInterval + loadMargin
 }
 
 // delivered bounds how long an event accepted for background delivery

@@ -216,7 +216,7 @@ func TestHostileInputs(t *testing.T) {
 			got, after := tr.awaitCutOff(t)
 			hostileLine(t, tc.input, fmt.Sprintf("%s after %s", got, after.Round(100*time.Millisecond)))
 			awaitOutcome(t, px, tc.p.Path, tc.outcome, before+1)
-			awaitNoKey(t, srv.Addr, "e2e-hostile:"+namespace(tc.p)+":"+ev.ID)
+			px.awaitNoKey(t, srv.Addr, "e2e-hostile:"+namespace(tc.p)+":"+ev.ID)
 			if n := app.Attempts(k); n != 0 {
 				t.Errorf("%s: the cut-off request reached the app complete %d times", tc.input, n)
 			}
@@ -242,7 +242,7 @@ func TestHostileInputs(t *testing.T) {
 			tr.conn.Close()
 			awaitOutcome(t, px, tc.p.Path, tc.outcome, before+1)
 			hostileLine(t, tc.input, "sender gone; counted "+tc.outcome+", claim released or never taken")
-			awaitNoKey(t, srv.Addr, "e2e-hostile:"+namespace(tc.p)+":"+ev.ID)
+			px.awaitNoKey(t, srv.Addr, "e2e-hostile:"+namespace(tc.p)+":"+ev.ID)
 			if n := app.Attempts(k); n != 0 {
 				t.Errorf("%s: the broken request reached the app complete %d times", tc.input, n)
 			}

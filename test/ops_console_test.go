@@ -63,7 +63,11 @@ func newBrowser(t *testing.T, hosts ...string) *browser {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
+		// Nothing configures how long Chromium's helpers take to exit
+		// once the browser is gone: a moment, plus what a loaded machine
+		// adds to scheduling them (loadMargin). Past it, the folder is
+		// left to the temporary directory's own cleaning.
+		deadline := time.Now().Add(loadMargin)
 		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}

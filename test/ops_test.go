@@ -207,7 +207,7 @@ func TestOpsAdminAPI(t *testing.T) {
 		t.Errorf("in-flight event: %s; want state in-flight, no status, ttl_seconds ≤ the %s lease", a.Body, lease)
 	}
 	release()
-	expect(t, "the held delivery", receive(t, "held delivery", first), 200, "forwarded")
+	expect(t, "the held delivery", px.receive(t, "held delivery", first), 200, "forwarded")
 
 	// Forget: the redelivery is forwarded again, once.
 	if a := px.adminDo(t, http.MethodDelete, acmePath, adminToken); a.Status != http.StatusNoContent {
@@ -329,7 +329,7 @@ func TestOpsShutdownCompletesSlowRequest(t *testing.T) {
 		t.Errorf("readyz after SIGTERM: %v", err)
 	}
 	release()
-	expect(t, "the delivery at the app during shutdown", receive(t, "delivery during shutdown", first), 200, "forwarded")
+	expect(t, "the delivery at the app during shutdown", px.receive(t, "delivery during shutdown", first), 200, "forwarded")
 	if code := px.waitExit(px.bounds().exited()); code != 0 {
 		t.Errorf("exit status after SIGTERM: %d, want 0", code)
 	}
@@ -371,7 +371,7 @@ func TestOpsShutdownReleasesUnfinishedClaim(t *testing.T) {
 	}
 	// The sender gets the proxy's 502, or loses the connection as the
 	// server closes; either way it retries.
-	if a := receive(t, "abandoned delivery", first); a.Status >= 200 && a.Status < 300 {
+	if a := px.receive(t, "abandoned delivery", first); a.Status >= 200 && a.Status < 300 {
 		t.Errorf("the abandoned delivery was answered %s; want no 2xx", a)
 	} else {
 		t.Logf("the abandoned delivery got: %s", a)
@@ -507,8 +507,8 @@ func TestOpsInflightWait(t *testing.T) {
 		copyCh := sendAsync(ctx, client, px, acme, ev)
 		waiting(t, px)
 		release()
-		expect(t, "first delivery", receive(t, "first", first), 200, "forwarded")
-		expect(t, "copy that waited", receive(t, "copy", copyCh), 200, "duplicate")
+		expect(t, "first delivery", px.receive(t, "first", first), 200, "forwarded")
+		expect(t, "copy that waited", px.receive(t, "copy", copyCh), 200, "duplicate")
 		if n := app.Attempts(key(acme, ev.ID)); n != 1 {
 			t.Errorf("the app saw %d deliveries, want 1", n)
 		}
@@ -528,8 +528,8 @@ func TestOpsInflightWait(t *testing.T) {
 		copyCh := sendAsync(ctx, client, px, acme, ev)
 		waiting(t, px)
 		release()
-		expect(t, "first delivery, which the app fails", receive(t, "first", first), 500, "forwarded")
-		expect(t, "copy that waited", receive(t, "copy", copyCh), 200, "forwarded")
+		expect(t, "first delivery, which the app fails", px.receive(t, "first", first), 500, "forwarded")
+		expect(t, "copy that waited", px.receive(t, "copy", copyCh), 200, "forwarded")
 		if a, e := app.Attempts(key(acme, ev.ID)), app.Effects(key(acme, ev.ID)); a != 2 || e != 1 {
 			t.Errorf("%d attempts with %d effects at the app; want 2 and 1", a, e)
 		}
@@ -558,7 +558,7 @@ func TestOpsInflightWait(t *testing.T) {
 		// It waited: it looked at the first's record.
 		px.awaitMetric(t, "webhook_dedup_store_duration_seconds", map[string]string{"op": "lookup"}, 1)
 		release()
-		expect(t, "first delivery", receive(t, "first", first), 200, "forwarded")
+		expect(t, "first delivery", px.receive(t, "first", first), 200, "forwarded")
 		if n := app.Attempts(key(acme, ev.ID)); n != 1 {
 			t.Errorf("the app saw %d deliveries, want 1", n)
 		}
@@ -675,7 +675,7 @@ func TestOpsForgetInFlight(t *testing.T) {
 		t.Fatalf("DELETE an in-flight event: %s, want 204", a)
 	}
 	release()
-	expect(t, "the first delivery", receive(t, "first", first), 200, "forwarded")
+	expect(t, "the first delivery", px.receive(t, "first", first), 200, "forwarded")
 	px.awaitMetric(t, "webhook_dedup_leases_lost_total", nil, 1)
 	px.awaitLog(t, "lease expired before complete", 1)
 	if a := px.adminDo(t, http.MethodGet, path, adminToken); a.Status != http.StatusNotFound {

@@ -47,13 +47,15 @@ func storeBlipRun(t *testing.T, name string, storeEnv map[string]string, stop, s
 
 	stop()
 	release() // the app answers 200 to the four it holds, with the store down
-	deadline := time.Now().Add(10 * time.Second)
-	for len(app.EffectsSnapshot()) < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the app took %d of the deliveries it held, want 4", len(app.EffectsSnapshot()))
+	// The app's own handlers go on at once: no timeout of the proxy's
+	// stands between the release and the effects, only the scheduling a
+	// loaded machine adds.
+	await(t, loadMargin, func() error {
+		if n := len(app.EffectsSnapshot()); n < 4 {
+			return fmt.Errorf("the app took %d of the deliveries it held, want 4", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(outage) // the outage itself, not a wait for a condition
 	start()
 	// Once the store answers again (reconnected), the outcomes held are
@@ -93,13 +95,12 @@ func heldDeliveries(t *testing.T, app *upstream, env map[string]string, upstream
 	px.waitHealthy()
 	px.awaitReady(t)
 	keys := queueEvents(t, px, github, 8)
-	deadline := time.Now().Add(10 * time.Second)
-	for app.Total() < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries reached the app, want the 4 DELIVERY_CONCURRENCY allows", app.Total())
+	await(t, px.bounds().taken(), func() error {
+		if n := app.Total(); n < 4 {
+			return fmt.Errorf("%d deliveries reached the app, want the 4 DELIVERY_CONCURRENCY allows", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return px, keys
 }
 

@@ -270,13 +270,16 @@ func redisInt(addr string, args ...string) (int64, error) {
 
 // redisCommand runs one command over RESP and returns its reply as text
 // (arrays joined by spaces): enough to inspect keys without a client library.
+// Its deadline is no wait for an event but a guard against a Redis that
+// never answers: a command to a Redis on loopback takes nothing the
+// proxy configures, only what a loaded machine adds (loadMargin).
 func redisCommand(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	c, err := net.DialTimeout("tcp", addr, loadMargin)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(loadMargin))
 	var req strings.Builder
 	fmt.Fprintf(&req, "*%d\r\n", len(args))
 	for _, a := range args {

@@ -151,7 +151,7 @@ func TestRedisFullCompletes(t *testing.T) {
 	srv.FillMemory(t)
 	release()
 	for i, ch := range chans {
-		expect(t, fmt.Sprintf("event %d, completed on a full Redis", i+1), receive(t, "held event", ch), 200, "forwarded")
+		expect(t, fmt.Sprintf("event %d, completed on a full Redis", i+1), px.receive(t, "held event", ch), 200, "forwarded")
 	}
 	if err := px.pollAdmin("/readyz", http.StatusServiceUnavailable, storeStateDeadline); err != nil {
 		t.Errorf("readyz while Redis refuses writes: %v", err)

@@ -179,7 +179,7 @@ func TestSlowAppSenderGoneMidBody(t *testing.T) {
 	app.awaitArrived(t, acme.Path, px.bounds().claimed())
 	c.Close()
 
-	awaitNoKey(t, srv.Addr, "e2e-slow:"+namespace(acme)+":"+ev.ID)
+	px.awaitNoKey(t, srv.Addr, "e2e-slow:"+namespace(acme)+":"+ev.ID)
 	if n := app.Attempts(k); n != 0 {
 		t.Errorf("the broken request reached the app complete %d times", n)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -31,7 +32,7 @@ func holdWriter(t *testing.T, d *Store) (release func()) {
 // transaction (which then waits for the writer lock).
 func taken(t *testing.T, d *Store) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	for deadline := time.Now().Add(storetest.LoadMargin); ; {
 		d.group.mu.Lock()
 		ok := d.group.running && len(d.group.queue) == 0
 		d.group.mu.Unlock()
@@ -49,7 +50,7 @@ func taken(t *testing.T, d *Store) {
 // transaction.
 func queued(t *testing.T, d *Store, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	for deadline := time.Now().Add(storetest.LoadMargin); ; {
 		d.group.mu.Lock()
 		got := len(d.group.queue)
 		d.group.mu.Unlock()
@@ -208,7 +209,7 @@ func TestGroupCommitStalled(t *testing.T) {
 		t.Fatalf("%d stalled, want 1", d.stalled.Load())
 	}
 	release()
-	for deadline := time.Now().Add(5 * time.Second); d.stalled.Load() != 0; {
+	for deadline := time.Now().Add(storetest.LoadMargin); d.stalled.Load() != 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the stalled write never finished")
 		}

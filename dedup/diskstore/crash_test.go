@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -46,7 +47,7 @@ func TestKilledMidWrite(t *testing.T) {
 		// Until the child has written (the first round creates the
 		// file), then a while longer, different each round.
 		before := acked(t, logPath)
-		for deadline := time.Now().Add(10 * time.Second); acked(t, logPath) == before; {
+		for deadline := time.Now().Add(storetest.LoadMargin); acked(t, logPath) == before; {
 			if time.Now().After(deadline) {
 				t.Fatal("the child acknowledged no enqueue")
 			}

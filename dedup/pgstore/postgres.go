@@ -109,7 +109,9 @@ type Store struct {
 const (
 	DefaultTablePrefix = "webhook_dedup_"
 	defaultPGTimeout   = time.Second
-	defaultPruneBatch  = 1000
+	// migrateEvery is how often a migration that failed is tried again.
+	migrateEvery      = time.Second
+	defaultPruneBatch = 1000
 	// defaultPGConns is the pool's size unless the URL says
 	// pool_max_conns: pgxpool's own default (4 on a small machine) would
 	// queue a burst of webhooks behind four round trips.
@@ -575,7 +577,7 @@ func (s *Store) pruneEvery(ctx context.Context, interval time.Duration) {
 // migrateUntilDone tries Migrate every second until it succeeds or ctx
 // ends.
 func (s *Store) migrateUntilDone(ctx context.Context) {
-	storeop.Every(ctx, time.Second, func() bool {
+	storeop.Every(ctx, migrateEvery, func() bool {
 		err := s.Migrate(ctx)
 		if ctx.Err() == nil {
 			s.reports.report("migrate", err)

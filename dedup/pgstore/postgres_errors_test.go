@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
 )
 
@@ -49,8 +50,8 @@ func TestPostgresConnectFailuresToldOnce(t *testing.T) {
 				t.Errorf("%s: the error shows the password: %v", what, r.err)
 			}
 			return r
-		case <-time.After(30 * time.Second):
-			t.Fatalf("nothing told within 30s: want %s", what)
+		case <-time.After(migrateEvery + s.timeout + storetest.LoadMargin): // the next try
+			t.Fatalf("nothing told within %s: want %s", migrateEvery+s.timeout+storetest.LoadMargin, what)
 			return report{}
 		}
 	}

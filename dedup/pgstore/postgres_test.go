@@ -316,8 +316,8 @@ func TestPostgresTimeout(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Claim against a paused database = %v, want a deadline error", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Claim against a paused database did not return within 10s")
+	case <-time.After(s.timeout + storetest.LoadMargin):
+		t.Fatalf("Claim against a paused database did not return within its Timeout (%s) and %s", s.timeout, storetest.LoadMargin)
 	}
 }
 
@@ -390,7 +390,8 @@ func TestPostgresPruneOneAtATime(t *testing.T) {
 func TestPostgresPruneEvery(t *testing.T) {
 	t.Parallel()
 	pruned := make(chan int, 100)
-	s := openPostgres(t, nil, Config{PruneInterval: 20 * time.Millisecond, Pruned: func(n int) { pruned <- n }})
+	const every = 20 * time.Millisecond
+	s := openPostgres(t, nil, Config{PruneInterval: every, Pruned: func(n int) { pruned <- n }})
 	c, _ := storetest.MustClaim(t, s, "old", storetest.Lease)
 	if err := s.Complete(context.Background(), c, storetest.Replayed, time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -400,8 +401,8 @@ func TestPostgresPruneEvery(t *testing.T) {
 		if n != 1 {
 			t.Errorf("pruned %d rows, want 1", n)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("nothing pruned within 10s")
+	case <-time.After(every + s.timeout + storetest.LoadMargin): // the next prune, one operation
+		t.Fatal("nothing pruned at the next PruneInterval")
 	}
 }
 
@@ -428,8 +429,8 @@ func TestPostgresAutoMigrateLater(t *testing.T) {
 		if task != "migrate" {
 			t.Errorf("failed task %q, want migrate", task)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no failed migration reported within 30s while the database was down")
+	case <-time.After(migrateEvery + s.timeout + storetest.LoadMargin): // the first try, or the next
+		t.Fatal("no failed migration reported while the database was down")
 	}
 	srv.Start(t)
 	ctx := context.Background()
@@ -449,8 +450,8 @@ func TestPostgresNotify(t *testing.T) {
 		t.Helper()
 		select {
 		case <-ch:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no signal within 10s: %s", what)
+		case <-time.After(listener.timeout + storetest.LoadMargin): // at once, or once the listener has connected
+			t.Fatalf("no signal within %s: %s", listener.timeout+storetest.LoadMargin, what)
 		}
 	}
 	wait("listening") // the first signal says it listens

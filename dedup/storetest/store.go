@@ -539,15 +539,23 @@ func race(t *testing.T, n int, what string, loser dedup.State, warm func() error
 	return overlap
 }
 
-// Eventually polls cond until it holds, failing the test after a deadline.
+// LoadMargin is what a wait in the stores' tests allows beyond the
+// timeouts the test configures: the time a loaded 2-core machine (the
+// suite under the race detector, beside other work) may add to scheduling
+// the store, its server and the test. It is the one guess the stores'
+// waits make, stated once: the longest any of them allowed before.
+const LoadMargin = 10 * time.Second
+
+// Eventually polls cond until it holds, failing the test after
+// LoadMargin: for an event with no configured timeout of note in its way.
 func Eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(LoadMargin)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
+			t.Fatalf("gave up waiting for %s after %s", what, LoadMargin)
 		}
 		<-tick.C
 	}

@@ -62,7 +62,7 @@ func TestServersOneFailingStopsTheOther(t *testing.T) {
 				if !errors.Is(err, errAccept) {
 					t.Errorf("run returned %v, want the failed server's %v", err, errAccept)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(s.delay + s.timeout + exitGrace + loadMargin): // the shutdown's own bound
 				t.Fatal("run did not return after a server failed: the other server kept it waiting")
 			}
 			if c, err := net.Dial("tcp", healthy.Addr().String()); err == nil {
