@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
@@ -136,7 +137,15 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 	if notify {
 		channel = &s.sql.notify
 	}
-	rows, err := s.pool.Query(ctx, s.sql.enqueueMany, enqueueManyArgs(calls, channel)...)
+	b := &pgx.Batch{}
+	b.Queue(probePlan)
+	b.Queue(s.sql.enqueueMany, enqueueManyArgs(calls, channel)...)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +165,12 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 		}
 	}
 	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// The batch's transaction commits at its end: what it answered
+	// stands only once that is done.
+	rows.Close()
+	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	return answers, nil
