@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 )
 
@@ -137,15 +136,7 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 	if notify {
 		channel = &s.sql.notify
 	}
-	b := &pgx.Batch{}
-	b.Queue(probePlan)
-	b.Queue(s.sql.enqueueMany, enqueueManyArgs(calls, channel)...)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
+	rows, err := s.pool.Query(ctx, s.sql.enqueueMany, enqueueManyArgs(calls, channel)...)
 	if err != nil {
 		return nil, err
 	}
@@ -165,12 +156,6 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	// The batch's transaction commits at its end: what it answered
-	// stands only once that is done.
-	rows.Close()
-	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	return answers, nil

@@ -427,14 +427,11 @@ type takenRow struct {
 func takeRows(ctx context.Context, conn *pgx.Conn, sql string, args []any) ([]takenRow, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(probePlan)
 	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {

@@ -70,15 +70,11 @@ func (s *Store) commitSucceeds(calls []*succeedCall) {
 	defer cancel()
 	b := &pgx.Batch{}
 	args := succeedManyArgs(calls)
-	b.Queue(probePlan)
 	b.Queue(s.sql.lockOrdersOf, args[0])
 	b.Queue(s.sql.succeedMany, args...)
 	done := make(map[string]bool, len(calls))
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
 	if err == nil {
 		var rows pgx.Rows
 		rows, err = br.Query()
