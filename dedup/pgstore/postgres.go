@@ -148,7 +148,7 @@ func Open(cfg Config) (*Store, error) {
 		pc.MaxConns = defaultPGConns
 	}
 	if !hasOption(cfg.URL, "plan_cache_mode") {
-		pc.AfterConnect = planEachRun
+		pc.AfterConnect = probeSession
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = cfg.Timeout
@@ -187,21 +187,35 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// planEachRun has PostgreSQL plan each run of a statement on conn for its
-// parameters' values and the tables as they are (plan_cache_mode), never
-// reuse a generic plan. The store's statements are prepared (pgx caches
-// them), and after five runs PostgreSQL may keep a generic plan, made for
-// no values and the statistics of that moment, for every later run on
-// the connection. Made while the queue was empty, as a healthy queue
-// mostly is, it is built for the one row the statistics promise: a Take
-// then read the whole queue, once for every due row (a nested loop of
-// sequential scans), and went on doing so as a burst filled it; delivery
-// fell to a fifth of intake (TestPostgresPlansFollowTheQueue,
-// docs/performance.md). Each plan costs its statement's planning again,
-// as most runs already did. A URL that sets plan_cache_mode keeps its own.
-func planEachRun(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_custom_plan"); err != nil {
-		return fmt.Errorf("dedup: PostgreSQL: setting plan_cache_mode (PostgreSQL 12 or later): %w", err)
+// probeSettings are how each connection of the store's pool has
+// PostgreSQL plan the store's statements: by one plan per statement and
+// connection, made at its first run (a generic plan), with no sequential,
+// bitmap or index-only scan. Planned on each run instead, the statements
+// each webhook meets spent as long being planned as being run (0.27–0.38
+// ms of each, pg_stat_statements); but a generic plan is made for no
+// parameter values and the statistics of its moment, as for an empty
+// queue, which makes any scan of a table look free: left to choose, such
+// a plan read the whole queue on each Take, once for every due row, and
+// delivery fell to a fifth of intake. With those scans off, each table is
+// read by key or in a lane index's order, which is what the statements
+// are written for (each names its tables' rows by key, by key = ANY(...)
+// of the keys it handles where the planner may put the table on the outer
+// side of a join), whatever the statistics say:
+// TestPostgresPlansFollowTheQueue runs each after a burst that came once
+// its plan was made. Index-only scans are off because the rest lane's walk
+// of the routes, by one, waded through the index entries of delivered
+// events not yet vacuumed on each Take (13.9 ms a Take, against 0.12 by an
+// index scan, which marks them dead as it passes). A statement with no
+// index to use (counting the queue for its stats) still scans. See
+// docs/performance.md, "A generic plan".
+const probeSettings = `SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off;
+SET enable_bitmapscan = off; SET enable_indexonlyscan = off`
+
+// probeSession applies probeSettings to conn, a new connection of the
+// pool.
+func probeSession(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, probeSettings); err != nil {
+		return fmt.Errorf("dedup: PostgreSQL: setting how statements are planned (PostgreSQL 12 or later): %w", err)
 	}
 	return nil
 }

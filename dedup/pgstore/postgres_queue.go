@@ -102,7 +102,7 @@ const promoteNextSQL = `, next AS MATERIALIZED (
 		ORDER BY h.order_seq LIMIT 1) first
 	WHERE mine.leaves AND first.due_at = ` + waiting + ` AND first.failed_at IS NULL
 ), promoted AS (
-	UPDATE %[1]squeue w SET due_at = w.accepted_at FROM next WHERE w.key = next.key
+	UPDATE %[1]squeue w SET due_at = w.accepted_at FROM next WHERE w.key = next.key AND w.key = ANY(ARRAY(SELECT key FROM next))
 )`
 
 // headOnly is the condition of a Take on the row q: no earlier place of
@@ -121,7 +121,7 @@ const headOnly = `NOT EXISTS (SELECT FROM %[1]squeue h WHERE h.order_key = q.ord
 // taking the same row.
 const takeLease = `
 UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
-FROM due WHERE q.key = due.key
+WHERE q.key = ANY(ARRAY(SELECT key FROM due))
 RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
 
 // takeRouteSQL takes from route $4's lane, by the lane index: an index

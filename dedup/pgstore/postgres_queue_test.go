@@ -460,14 +460,16 @@ func explainRead(t *testing.T, s *Store, relation, sql string, args ...any) (rea
 }
 
 // readPlan returns the rows of relation plan read (returned by a scan or
-// removed by its filter, over every loop), the rows its last change
-// returned, and its scans of relation, for messages.
+// removed by its filter, over every loop), the rows its first change
+// returned (its own, or its first step's), and its scans of relation, for
+// messages.
 func readPlan(plan planNode, relation string) (read, took int, scans string) {
 	var lines []string
+	changed := false
 	var walk func(p planNode, depth int)
 	walk = func(p planNode, depth int) {
-		if p.NodeType == "ModifyTable" {
-			took = int(p.ActualRows)
+		if p.NodeType == "ModifyTable" && !changed {
+			took, changed = int(p.ActualRows), true
 		} else if p.Relation == relation {
 			rows := int((p.ActualRows + p.RemovedByFilter) * p.ActualLoops)
 			read += rows

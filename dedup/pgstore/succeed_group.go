@@ -132,7 +132,7 @@ var succeedManySQL = `WITH input AS MATERIALIZED (
 		AS i (key, token, ttl_micros, status, fingerprint, content_type, body, attempt)
 ), mine AS (
 	DELETE FROM %[1]squeue q USING input i
-	WHERE q.key = i.key AND (q.lease_token = i.token AND q.failed_at IS NULL) IS TRUE
+	WHERE q.key = ANY(ARRAY(SELECT key FROM input)) AND q.key = i.key AND (q.lease_token = i.token AND q.failed_at IS NULL) IS TRUE
 		AND (q.order_key IS NULL OR NOT EXISTS (SELECT FROM %[1]squeue o JOIN input j ON j.key = o.key
 			WHERE o.order_key = q.order_key AND o.key <> q.key))
 	RETURNING q.key, q.attempts, q.accepted_at, q.order_key, true AS leaves
@@ -140,5 +140,5 @@ var succeedManySQL = `WITH input AS MATERIALIZED (
 UPDATE %[1]srecords r SET state = 2, token = i.token, since = now(), expires_at = now() + i.ttl_micros * interval '1 microsecond',
 	status = i.status, fingerprint = i.fingerprint, content_type = i.content_type, body = i.body, attempts = mine.attempts,
 	accepted_at = mine.accepted_at, history = ` + historyAppend("i.attempt", "$9") + `
-FROM mine JOIN input i ON i.key = mine.key WHERE r.key = mine.key
+FROM mine JOIN input i ON i.key = mine.key WHERE r.key = ANY(ARRAY(SELECT key FROM mine)) AND r.key = mine.key
 RETURNING r.key`

@@ -167,15 +167,19 @@ func TestPostgresSucceedGroupCancel(t *testing.T) {
 // its conditions implied; the shared enqueue's probes of the records could
 // go the same way by the expiry index.
 //
-// Both plans are checked: the custom plan of the first executions, and
-// the generic one PostgreSQL may switch to for a prepared statement (as
-// pgx's are), which knows nothing of the arrays.
+// Three plans are checked: the store's own (probeSettings), and, for a
+// URL that sets plan_cache_mode, a custom plan for each run and a plain
+// generic one, which knows nothing of the arrays.
 func TestPostgresGroupStatementsProbeByKey(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, mode := range []string{"", "force_custom_plan", "force_generic_plan"} {
+		name, url := "the store's own", postgres.Get(t).NewDatabase(t)
+		if mode != "" {
+			name, url = mode, url+"&plan_cache_mode="+mode
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			probesByKey(t, openPostgres(t, nil, Config{URL: postgres.Get(t).NewDatabase(t) + "&plan_cache_mode=" + mode}))
+			probesByKey(t, openPostgres(t, nil, Config{URL: url}))
 		})
 	}
 }
