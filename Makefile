@@ -106,9 +106,7 @@ soak: deps
 # or later: Debian's nodejs and npm are installed when npm is missing, and
 # a Node.js older than 20 stops here saying so), kustomize, helm and
 # actionlint (Go). On a fresh machine helm's build dominates: a few minutes
-# on two cores. The Debian packages install (download and unpack) while
-# the Go tools build, which keep the CPUs busy meanwhile; dynalite, which
-# may need the npm just installed, comes after both.
+# on two cores.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -116,23 +114,19 @@ deps:
 	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v dynalite >/dev/null || command -v npm >/dev/null || missing="$$missing nodejs npm"; \
-	apt=""; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; } & apt=$$!; \
-	fi; \
-	tools=0; \
-	{ command -v kustomize >/dev/null || \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@command -v kustomize >/dev/null || \
 	  test -x "$$($(GO) env GOPATH)/bin/kustomize" || \
-	  { echo "installing: kustomize $(KUSTOMIZE_VERSION)"; GOTOOLCHAIN=local $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION); }; } && \
-	{ command -v helm >/dev/null || \
+	  { echo "installing: kustomize $(KUSTOMIZE_VERSION)"; GOTOOLCHAIN=local $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION); }
+	@command -v helm >/dev/null || \
 	  test -x "$$($(GO) env GOPATH)/bin/helm" || \
-	  { echo "installing: helm $(HELM_VERSION) (a few minutes)"; $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION); }; } && \
-	{ command -v actionlint >/dev/null || \
+	  { echo "installing: helm $(HELM_VERSION) (a few minutes)"; $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION); }
+	@command -v actionlint >/dev/null || \
 	  test -x "$$($(GO) env GOPATH)/bin/actionlint" || \
-	  { echo "installing: actionlint $(ACTIONLINT_VERSION)"; $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION); }; } || tools=1; \
-	if [ -n "$$apt" ] && ! wait $$apt; then echo "apt-get install$$missing failed"; exit 1; fi; \
-	exit $$tools
+	  { echo "installing: actionlint $(ACTIONLINT_VERSION)"; $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION); }
 	@command -v dynalite >/dev/null || { \
 	  node -e 'process.exit(parseInt(process.versions.node) < 20 ? 1 : 0)' 2>/dev/null || { echo "dynalite $(DYNALITE_VERSION) needs Node.js 20 or later: install it (nodejs.org, or NodeSource's Debian packages)"; exit 1; }; \
 	  echo "installing: dynalite $(DYNALITE_VERSION) (npm, global)"; \
