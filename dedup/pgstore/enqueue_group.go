@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
@@ -88,10 +87,6 @@ func (s *Store) enqueueAlone(c *enqueueCall) (bool, dedup.Record, error) {
 	}
 	return false, dedup.Record{}, errNoAnswer
 }
-
-// errNoAnswer is a claiming statement's failure to answer for its key
-// claimAttempts times in a row.
-var errNoAnswer = fmt.Errorf("no answer after %d attempts: the key changes hands too fast", claimAttempts)
 
 // commitEnqueues runs calls in one statement and answers each. A key the
 // statement answered nothing for is asked again in the next one. If the

@@ -3,10 +3,10 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 )
 
@@ -40,15 +40,16 @@ func TestPostgresPlansFollowTheQueue(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("'a/%d'", i)
 	}
-	list := func(v string) string { return "ARRAY[" + strings.TrimSuffix(strings.Repeat(v+", ", n), ", ") + "]" }
-	keyList := "ARRAY[" + strings.Join(keys, ", ") + "]"
+	array := func(elems []string) string { return "ARRAY[" + strings.Join(elems, ", ") + "]" }
+	list := func(v string) string { return array(slices.Repeat([]string{v}, n)) }
+	keyList := array(keys)
 	// A group of enqueues: half of its keys queued by the burst (their
 	// live records answered), half new (queued).
 	enqueueKeys := make([]string, n)
 	for i := range enqueueKeys {
 		enqueueKeys[i] = fmt.Sprintf("'%c/%d'", "an"[i%2], i)
 	}
-	enqueueArgs := strings.Join([]string{"ARRAY[" + strings.Join(enqueueKeys, ", ") + "]",
+	enqueueArgs := strings.Join([]string{array(enqueueKeys),
 		list("'POST'"), list("'/a'"), list("'h'"), list(`'\x'::bytea`), list("'127.0.0.1:1'"), list("false"),
 		list(`'\x7b7d'::bytea`), "NULL", list("'a'"), list("''"), list("0::bigint"), list("''")}, ", ")
 	// A group of completions of deliveries leased to tok (setup).
@@ -76,10 +77,6 @@ func TestPostgresPlansFollowTheQueue(t *testing.T) {
 		{"a claim of a queued key", s.sql.claim, fmt.Sprintf("'a/1', %s, %d", tok, lease), 0, ""},
 		{"a claim of a new key", s.sql.claim, fmt.Sprintf("'c/1', %s, %d", tok, lease), 1, ""},
 	}
-	run := func(tx pgx.Tx, sql string) error {
-		_, err := tx.Exec(ctx, sql)
-		return err
-	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +91,7 @@ func TestPostgresPlansFollowTheQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 10 {
-			if err := run(tx, fmt.Sprintf("EXECUTE p%d(%s)", i, tc.args)); err != nil {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("EXECUTE p%d(%s)", i, tc.args)); err != nil {
 				t.Fatalf("%s on the empty queue: %v", tc.name, err)
 			}
 		}

@@ -303,8 +303,12 @@ func (s *Store) claimOnce(ctx context.Context, lock string, lockArg any, sql str
 		}
 		return false, rec.record(), nil
 	}
-	return false, dedup.Record{}, fmt.Errorf("no answer after %d attempts: the key changes hands too fast", claimAttempts)
+	return false, dedup.Record{}, errNoAnswer
 }
+
+// errNoAnswer is a claiming statement's failure to answer for its key
+// claimAttempts times in a row.
+var errNoAnswer = fmt.Errorf("no answer after %d attempts: the key changes hands too fast", claimAttempts)
 
 // queryRow runs sql and scans its one row into dest (pgx.ErrNoRows if
 // none). Unless lock is empty, lock runs first, with lockArg, in the same
