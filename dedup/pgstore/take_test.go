@@ -14,17 +14,33 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
 )
 
+// A hold is every transaction that updates a store's queue made to wait
+// (holdTakes).
+type hold struct {
+	// release lets the held transactions go on.
+	release func()
+	// cancels counts the cancel requests the held transactions got and
+	// went on waiting through.
+	cancels func() int64
+}
+
 // holdTakes makes every transaction that updates s's queue wait until
-// the returned func is called, at its statement's end or at its COMMIT
+// the hold's release, at its statement's end or at its COMMIT
 // (atCommit): until then it waits on an advisory lock that a connection
 // of the test holds, and a cancel request (a caller that gave up) does
 // not end the wait. That is a database that finishes, later, what its
 // caller stopped waiting for: a statement the cancel reached too late,
-// or a COMMIT held up writing its WAL.
-func holdTakes(t *testing.T, s *Store, url string, atCommit bool) (release func()) {
+// or a COMMIT held up writing its WAL. Only while it waits: a cancel
+// request that lands after the release may still end the transaction
+// (between the trigger's calls), which a COMMIT writing its WAL ignores;
+// so a test of a COMMIT waits for the caller's cancel (pgx sends one as
+// it closes the connection, asynchronously) to be counted before it
+// releases.
+func holdTakes(t *testing.T, s *Store, url string, atCommit bool) hold {
 	t.Helper()
 	ctx := context.Background()
-	const holdSQL = `CREATE FUNCTION %[1]shold_take() RETURNS trigger LANGUAGE plpgsql AS $$
+	const holdSQL = `CREATE SEQUENCE %[1]shold_cancels;
+CREATE FUNCTION %[1]shold_take() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	LOOP
 		BEGIN
@@ -32,6 +48,9 @@ BEGIN
 			RETURN NULL;
 		EXCEPTION WHEN query_canceled THEN
 			-- The caller gave up: go on waiting, as if told too late.
+			-- A sequence's count is kept whatever becomes of the
+			-- transaction.
+			PERFORM nextval('%[1]shold_cancels');
 		END;
 	END LOOP;
 END $$`
@@ -50,7 +69,7 @@ END $$`
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(4242)`); err != nil {
 		t.Fatal(err)
 	}
-	release = sync.OnceFunc(func() {
+	release := sync.OnceFunc(func() {
 		_ = conn.Close(ctx)
 		// DROP TRIGGER waits for the held statement's transaction to
 		// end, committed or rolled back: what it leased is then as the
@@ -60,7 +79,18 @@ END $$`
 		}
 	})
 	t.Cleanup(release)
-	return release
+	cancels := func() int64 {
+		var n int64
+		var called bool
+		if err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT last_value, is_called FROM %[1]shold_cancels`, s.prefix)).Scan(&n, &called); err != nil {
+			t.Fatal(err)
+		}
+		if !called {
+			return 0
+		}
+		return n
+	}
+	return hold{release: release, cancels: cancels}
 }
 
 // TestPostgresTakeAnswerLost: a Take whose caller stops waiting for its
@@ -111,7 +141,7 @@ func TestPostgresTakeAnswerLost(t *testing.T) {
 			})
 			enqueueKeyed(t, s, "customer", "head", "next")
 			enqueueKeyed(t, s, "", "unordered")
-			release := holdTakes(t, s, url, tc.atCommit)
+			held := holdTakes(t, s, url, tc.atCommit)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			type answer struct {
@@ -133,7 +163,10 @@ func TestPostgresTakeAnswerLost(t *testing.T) {
 			case <-time.After(10 * timeout):
 				t.Fatalf("the Take still waits %s after it began (Timeout %s)", 10*timeout, timeout)
 			}
-			release()
+			if tc.atCommit {
+				storetest.Eventually(t, "the lost COMMIT's cancel request, waited through", func() bool { return held.cancels() > 0 })
+			}
+			held.release()
 			ds, err := s.Take(context.Background(), dedup.AllRoutes, 10, storetest.Lease)
 			if tc.atCommit {
 				if got := deliveryKeys(a.ds); a.err != nil || got != "head unordered" {
