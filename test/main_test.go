@@ -17,7 +17,8 @@ import (
 var binary string
 
 // memoryBinary is the executable whose memory the tests measure: binary,
-// or, when binary was built with -race, one built without it on first use.
+// or, when binary was built with -race, one built as released (asReleased)
+// on first use.
 var memoryBinary func() (string, error)
 
 // previousBinary is the previous release's executable (previousRelease),
@@ -25,8 +26,22 @@ var memoryBinary func() (string, error)
 // when the checkout has none.
 var previousBinary func() (string, error)
 
-// build builds the module's binary into out, with the extra go build flags.
-func build(out string, flags []string) error {
+// asReleased are the go build flags of a release (the Makefile's build and
+// release targets, the Dockerfile), which also sets CGO_ENABLED=0
+// (releasedEnv). The plain binaries these tests build (memoryBinary, the
+// previous release) are built so: they measure what users run, and on a
+// cold build cache the dependencies they compile serve the release and
+// Dockerfile tests (k8s/) too, where a plain go build's flags made those
+// tests compile every dependency once more.
+var asReleased = []string{"-trimpath", "-ldflags=-s -w"}
+
+// releasedEnv is the environment a release is built in: this process's,
+// and CGO_ENABLED=0.
+func releasedEnv() []string { return append(os.Environ(), "CGO_ENABLED=0") }
+
+// build builds the module's binary into out, with the extra go build flags,
+// in env (nil: this process's).
+func build(out string, flags, env []string) error {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		return fmt.Errorf("e2e: module root: %w", err)
@@ -34,6 +49,7 @@ func build(out string, flags []string) error {
 	args := append([]string{"build", "-o", out}, flags...)
 	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Dir = root
+	cmd.Env = env
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("e2e: %s (in %s): %w\n%s", cmd, root, err, output)
 	}
@@ -81,14 +97,14 @@ func runTests(m *testing.M) int {
 			// heap: what the memory tests measure is a plain build.
 			memoryBinary = sync.OnceValues(func() (string, error) {
 				plain := filepath.Join(dir, "webhook-dedup-plain")
-				return plain, build(plain, nil)
+				return plain, build(plain, asReleased, releasedEnv())
 			})
 			if wholeRun {
 				go memoryBinary() // the test that uses it reads the error
 			}
 		}
 		binary = filepath.Join(dir, "webhook-dedup")
-		if err := build(binary, buildFlags); err != nil {
+		if err := build(binary, buildFlags, nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

@@ -24,11 +24,10 @@ const previousRelease = "9764cc5"
 var errNoHistory = errors.New("e2e: no git history holding the previous release")
 
 // buildPrevious builds previousRelease's binary: its tree from git history
-// (git archive) into dir, built with go build as it was released. The
-// binary is kept in the user's cache directory under the commit's full
-// hash, which names its whole tree, so only the first run on a machine
-// pays for the build (20-30 s on two cores: extracted to a new directory
-// each time, its packages miss the Go build cache).
+// (git archive) into dir, built as a release is (asReleased). The binary
+// is kept in the user's cache directory under the commit's full hash,
+// which names its whole tree, and the flags, so only the first run on a
+// machine pays for the build (20-30 s on two cores).
 func buildPrevious(dir string) (string, error) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -38,7 +37,8 @@ func buildPrevious(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w (git rev-parse %s: %v)", errNoHistory, previousRelease, err)
 	}
-	return buildcache.Binary("webhook-dedup-previous", strings.TrimSpace(string(commit)), func(bin string) error {
+	key := strings.TrimSpace(string(commit)) + " " + strings.Join(asReleased, " ")
+	return buildcache.Binary("webhook-dedup-previous", key, func(bin string) error {
 		src := filepath.Join(dir, "previous-src")
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return fmt.Errorf("e2e: %w", err)
@@ -47,8 +47,9 @@ func buildPrevious(dir string) (string, error) {
 		if out, err := archive.CombinedOutput(); err != nil {
 			return fmt.Errorf("e2e: git archive %s: %w\n%s", previousRelease, err, out)
 		}
-		cmd := exec.Command("go", "build", "-o", bin, ".")
+		cmd := exec.Command("go", append(append([]string{"build", "-o", bin}, asReleased...), ".")...)
 		cmd.Dir = src
+		cmd.Env = releasedEnv()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("e2e: building %s: %w\n%s", previousRelease, err, out)
 		}
