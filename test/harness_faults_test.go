@@ -11,8 +11,6 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
-
-	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
 // faultLink is a real TCP proxy (toxiproxy, run inside the test process)
@@ -28,14 +26,17 @@ type faultLink struct {
 	proxy *toxiproxy.Proxy
 }
 
-// newFaultLink starts a link on a free loopback port in front of target
-// (host:port), and stops it, closing its connections, when the test ends.
+// newFaultLink starts a link on a loopback port of the kernel's choosing
+// in front of target (host:port), and stops it, closing its connections,
+// when the test ends. The kernel's choice, made as the link binds: a port
+// picked free beforehand (redistest.FreeAddr) was once taken by another
+// listener before the link bound it.
 func newFaultLink(t testing.TB, target string) *faultLink {
 	t.Helper()
 	// An API server toxiproxy's proxy reports to; never listening: the
 	// test drives the link through its methods, not over HTTP.
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(api, "link", redistest.FreeAddr(t), target)
+	p := toxiproxy.NewProxy(api, "link", "127.0.0.1:0", target)
 	if err := p.Start(); err != nil {
 		t.Fatalf("fault link in front of %s: %v", target, err)
 	}
