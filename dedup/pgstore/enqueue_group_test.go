@@ -111,6 +111,14 @@ func blockWrites(t *testing.T, s *Store, url string) (release func()) {
 // lock (0: none yet).
 func waitingStatement(t *testing.T, url string) int {
 	t.Helper()
+	return waitingFor(t, url, "")
+}
+
+// waitingFor is the pid of a backend whose statement waits for a lock of
+// the kind event names (pg_stat_activity's wait_event: "advisory",
+// "tuple", …; "": any), 0 if none does yet.
+func waitingFor(t *testing.T, url, event string) int {
+	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -118,7 +126,8 @@ func waitingStatement(t *testing.T, url string) int {
 	}
 	defer conn.Close(ctx)
 	var pid int
-	err = conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' LIMIT 1`).Scan(&pid)
+	err = conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+		AND ($1 = '' OR wait_event = $1) LIMIT 1`, event).Scan(&pid)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)
 	}

@@ -93,25 +93,6 @@ END $$`
 	return hold{release: release, cancels: cancels}
 }
 
-// waitingAtHold reports whether a transaction waits at holdTakes's lock:
-// an advisory lock, where a statement that waits on a row the held
-// transaction locked (a lock too) is not held by the test.
-func waitingAtHold(t *testing.T, url string) bool {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var held bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
-		WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory')`).Scan(&held); err != nil {
-		t.Fatal(err)
-	}
-	return held
-}
-
 // TestPostgresTakeAnswerLost: a Take whose caller stops waiting for its
 // answer (the store's Timeout passes, or the caller's context ends: a
 // loaded database, a shutdown) while the database is still at its
@@ -178,7 +159,9 @@ func TestPostgresTakeAnswerLost(t *testing.T) {
 				ds, err := short.Take(ctx, tc.lane, 10, lost)
 				took <- answer{ds, err}
 			}()
-			storetest.Eventually(t, "the Take held", func() bool { return waitingAtHold(t, url) })
+			// At the hold's own lock: a statement waiting on a row the
+			// held transaction locked waits on a lock too.
+			storetest.Eventually(t, "the Take held", func() bool { return waitingFor(t, url, "advisory") != 0 })
 			if tc.cancel {
 				cancel()
 			}
