@@ -114,9 +114,10 @@ func waitingStatement(t *testing.T, url string) int {
 	return waitingFor(t, url, "")
 }
 
-// waitingFor is the pid of a backend whose statement waits for a lock of
-// the kind event names (pg_stat_activity's wait_event: "advisory",
-// "tuple", …; "": any), 0 if none does yet.
+// waitingFor is the pid of a backend that waits for event
+// (pg_stat_activity's wait_event: a lock's kind, "advisory", "tuple", …;
+// or "SyncRep", a COMMIT waiting for its standby; "": a lock of any kind),
+// 0 if none does yet.
 func waitingFor(t *testing.T, url, event string) int {
 	t.Helper()
 	ctx := context.Background()
@@ -126,8 +127,8 @@ func waitingFor(t *testing.T, url, event string) int {
 	}
 	defer conn.Close(ctx)
 	var pid int
-	err = conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-		AND ($1 = '' OR wait_event = $1) LIMIT 1`, event).Scan(&pid)
+	err = conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+		AND (wait_event = $1 OR $1 = '' AND wait_event_type = 'Lock') LIMIT 1`, event).Scan(&pid)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)
 	}

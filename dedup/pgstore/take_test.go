@@ -12,35 +12,20 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/pgtest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
 )
 
-// A hold is every transaction that updates a store's queue made to wait
-// (holdTakes).
-type hold struct {
-	// release lets the held transactions go on.
-	release func()
-	// cancels counts the cancel requests the held transactions got and
-	// went on waiting through.
-	cancels func() int64
-}
-
-// holdTakes makes every transaction that updates s's queue wait until
-// the hold's release, at its statement's end or at its COMMIT
-// (atCommit): until then it waits on an advisory lock that a connection
-// of the test holds, and a cancel request (a caller that gave up) does
-// not end the wait. That is a database that finishes, later, what its
-// caller stopped waiting for: a statement the cancel reached too late,
-// or a COMMIT held up writing its WAL. Only while it waits: a cancel
-// request that lands after the release may still end the transaction
-// (between the trigger's calls), which a COMMIT writing its WAL ignores;
-// so a test of a COMMIT waits for the caller's cancel (pgx sends one as
-// it closes the connection, asynchronously) to be counted before it
-// releases.
-func holdTakes(t *testing.T, s *Store, url string, atCommit bool) hold {
+// holdTakes makes every statement that updates s's queue wait, at its
+// end, until the release it returns: until then it waits on an advisory
+// lock that a connection of the test holds, and a cancel request (a
+// caller that gave up) does not end the wait. That is a database that
+// finishes, later, what its caller stopped waiting for: a statement the
+// cancel reached too late.
+func holdTakes(t *testing.T, s *Store, url string) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	const holdSQL = `CREATE SEQUENCE %[1]shold_cancels;
-CREATE FUNCTION %[1]shold_take() RETURNS trigger LANGUAGE plpgsql AS $$
+	const holdSQL = `CREATE FUNCTION %[1]shold_take() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	LOOP
 		BEGIN
@@ -48,18 +33,11 @@ BEGIN
 			RETURN NULL;
 		EXCEPTION WHEN query_canceled THEN
 			-- The caller gave up: go on waiting, as if told too late.
-			-- A sequence's count is kept whatever becomes of the
-			-- transaction.
-			PERFORM nextval('%[1]shold_cancels');
 		END;
 	END LOOP;
-END $$`
-	trigger := `CREATE TRIGGER hold_take AFTER UPDATE ON %[1]squeue FOR EACH STATEMENT EXECUTE FUNCTION %[1]shold_take()`
-	if atCommit {
-		trigger = `CREATE CONSTRAINT TRIGGER hold_take AFTER UPDATE ON %[1]squeue DEFERRABLE INITIALLY DEFERRED
-	FOR EACH ROW EXECUTE FUNCTION %[1]shold_take()`
-	}
-	if _, err := s.pool.Exec(ctx, fmt.Sprintf(holdSQL+";\n"+trigger, s.prefix)); err != nil {
+END $$;
+CREATE TRIGGER hold_take AFTER UPDATE ON %[1]squeue FOR EACH STATEMENT EXECUTE FUNCTION %[1]shold_take()`
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf(holdSQL, s.prefix)); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, url)
@@ -69,28 +47,101 @@ END $$`
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(4242)`); err != nil {
 		t.Fatal(err)
 	}
-	release := sync.OnceFunc(func() {
+	release = sync.OnceFunc(func() {
 		_ = conn.Close(ctx)
 		// DROP TRIGGER waits for the held statement's transaction to
-		// end, committed or rolled back: what it leased is then as the
-		// store left it.
+		// end: what it leased is then as the store left it.
 		if _, err := s.pool.Exec(ctx, fmt.Sprintf(`DROP TRIGGER hold_take ON %[1]squeue`, s.prefix)); err != nil {
 			t.Error(err)
 		}
 	})
 	t.Cleanup(release)
-	cancels := func() int64 {
-		var n int64
-		var called bool
-		if err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT last_value, is_called FROM %[1]shold_cancels`, s.prefix)).Scan(&n, &called); err != nil {
+	return release
+}
+
+// heldCommits starts a server of its own, with a database at url, where
+// the COMMIT of a session connected by heldURL waits, once committed, for
+// a standby that never answers (synchronous_standby_names names one that
+// never connects; heldURL asks for synchronous_commit): a COMMIT whose
+// answer does not come, as from a database held up writing its WAL or
+// waiting for its standby. Whatever ends the wait ends only the wait: a
+// cancel request (pgx sends one, from a goroutine, as it closes a
+// connection whose answer did not come in time) is told the transaction
+// committed locally. Every other session's COMMIT is answered at once
+// (synchronous_commit=local).
+//
+// A COMMIT held by a trigger waiting on a lock, as holdTakes holds a
+// statement, was not: a cancel request that landed after the lock's
+// release, between the trigger's calls, rolled the transaction back.
+func heldCommits(t *testing.T) (url, heldURL string) {
+	t.Helper()
+	srv, err := pgtest.StartWith(redistest.FreePort(t), pgtest.Options{Settings: []string{
+		"synchronous_standby_names=never", "synchronous_commit=local"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	url = srv.NewDatabase(t)
+	heldURL = url + "&synchronous_commit=remote_write"
+	// The standby's name is in force once the checkpointer has read it,
+	// which may come after the server accepts connections: until then, a
+	// COMMIT is answered at once.
+	ctx := context.Background()
+	probe, err := pgx.Connect(ctx, heldURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+	storetest.Eventually(t, "a COMMIT held for the standby", func() bool {
+		done := make(chan error, 1)
+		go func() {
+			_, err := probe.Exec(ctx, `DROP TABLE IF EXISTS held_probe; CREATE TABLE held_probe ()`)
+			done <- err
+		}()
+		for deadline := time.Now().Add(storetest.LoadMargin); time.Now().Before(deadline); {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				return false
+			case <-time.After(10 * time.Millisecond):
+			}
+			if pid := waitingFor(t, url, "SyncRep"); pid != 0 {
+				endCommitWait(t, url, pid)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				return true
+			}
+		}
+		t.Fatalf("a probe's COMMIT was neither answered nor held within %s", storetest.LoadMargin)
+		return false
+	})
+	return url, heldURL
+}
+
+// endCommitWait ends the wait of pid's COMMIT held by heldCommits (a
+// cancel request, which the COMMIT of a caller that gave up may have had
+// already) and returns once its transaction has ended, committed.
+func endCommitWait(t *testing.T, url string, pid int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Eventually(t, "the held COMMIT's end", func() bool {
+		var busy bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')`, pid).Scan(&busy); err != nil {
 			t.Fatal(err)
 		}
-		if !called {
-			return 0
-		}
-		return n
-	}
-	return hold{release: release, cancels: cancels}
+		return !busy
+	})
 }
 
 // TestPostgresTakeAnswerLost: a Take whose caller stops waiting for its
@@ -125,16 +176,19 @@ func TestPostgresTakeAnswerLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			url := postgres.Get(t).NewDatabase(t)
-			s := openPostgres(t, nil, Config{URL: url})
 			// The Timeout that ends the wait. Held at its COMMIT, the
 			// Take's statement must end within it first: on a loaded
 			// machine, the margin the stores' tests allow for load.
-			timeout := time.Second
+			url, takeURL, timeout, heldAt := "", "", time.Second, "advisory"
 			if tc.atCommit {
-				timeout = storetest.LoadMargin
+				url, takeURL = heldCommits(t)
+				timeout, heldAt = storetest.LoadMargin, "SyncRep"
+			} else {
+				url = postgres.Get(t).NewDatabase(t)
+				takeURL = url
 			}
-			short, err := Open(Config{URL: url, Timeout: timeout})
+			s := openPostgres(t, nil, Config{URL: url})
+			short, err := Open(Config{URL: takeURL, Timeout: timeout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +201,10 @@ func TestPostgresTakeAnswerLost(t *testing.T) {
 			})
 			enqueueKeyed(t, s, "customer", "head", "next")
 			enqueueKeyed(t, s, "", "unordered")
-			held := holdTakes(t, s, url, tc.atCommit)
+			release := func() {}
+			if !tc.atCommit {
+				release = holdTakes(t, s, url)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			type answer struct {
@@ -161,7 +218,11 @@ func TestPostgresTakeAnswerLost(t *testing.T) {
 			}()
 			// At the hold's own lock: a statement waiting on a row the
 			// held transaction locked waits on a lock too.
-			storetest.Eventually(t, "the Take held", func() bool { return waitingFor(t, url, "advisory") != 0 })
+			var pid int
+			storetest.Eventually(t, "the Take held", func() bool {
+				pid = waitingFor(t, url, heldAt)
+				return pid != 0
+			})
 			if tc.cancel {
 				cancel()
 			}
@@ -175,9 +236,9 @@ func TestPostgresTakeAnswerLost(t *testing.T) {
 				if got := deliveryKeys(a.ds); a.err != nil || got != "head unordered" {
 					t.Fatalf("the Take whose COMMIT was not answered = %s, %v; want head unordered", got, a.err)
 				}
-				storetest.Eventually(t, "the lost COMMIT's cancel request, waited through", func() bool { return held.cancels() > 0 })
+				endCommitWait(t, url, pid)
 			}
-			held.release()
+			release()
 			ds, err := s.Take(context.Background(), dedup.AllRoutes, 10, storetest.Lease)
 			if tc.atCommit {
 				if got := deliveryKeys(ds); err != nil || got != "" {

@@ -58,6 +58,9 @@ type Options struct {
 	// needs, and much faster on a disk whose flush takes milliseconds.
 	// The load benchmark runs both, to show what the flush costs.
 	Durable bool
+	// Settings are more of the server's settings, each name=value as
+	// postgres -c takes it, for a test that needs the server otherwise.
+	Settings []string
 }
 
 // New starts a server of its own for t and stops it, removing its data,
@@ -223,7 +226,7 @@ func (s *Server) start() error {
 	args := []string{"-D", s.dataDir(),
 		"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(s.Port),
 		"-c", "unix_socket_directories=", "-c", "max_connections=200", "-c", "shared_buffers=32MB"}
-	for _, setting := range s.durability() {
+	for _, setting := range append(s.durability(), s.opts.Settings...) {
 		args = append(args, "-c", setting)
 	}
 	cmd := s.command("postgres", args...)
