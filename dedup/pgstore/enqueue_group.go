@@ -131,7 +131,7 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 	if notify {
 		channel = &s.sql.notify
 	}
-	rows, err := s.pool.Query(ctx, s.sql.enqueueMany, enqueueManyArgs(calls, channel)...)
+	rows, err := s.pool.Query(ctx, s.sql.enqueueMany, enqueueManyArgs(calls, channel, s.announcer)...)
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +157,8 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 }
 
 // enqueueManyArgs are the parameters of enqueueManySQL for calls, the
-// listeners' channel (nil: none).
-func enqueueManyArgs(calls []*enqueueCall, channel *string) []any {
+// listeners' channel (nil: none) and the notification's announcer.
+func enqueueManyArgs(calls []*enqueueCall, channel *string, announcer string) []any {
 	n := len(calls)
 	var (
 		keys, methods, uris, hosts, addrs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -173,7 +173,7 @@ func enqueueManyArgs(calls []*enqueueCall, channel *string) []any {
 		routes[i], namespaces[i], traces[i] = r.Route, r.Namespace, r.TraceParent
 		headers[i], bodies[i], tls[i], ttls[i] = c.header, c.body, r.TLS, micros(max(r.TTL, 0))
 	}
-	return []any{keys, methods, uris, hosts, headers, addrs, tls, bodies, channel, routes, namespaces, ttls, traces}
+	return []any{keys, methods, uris, hosts, headers, addrs, tls, bodies, channel, routes, namespaces, ttls, traces, announcer}
 }
 
 // enqueueManySQL is enqueueSQL for many unordered events at once, one
@@ -183,7 +183,7 @@ func enqueueManyArgs(calls []*enqueueCall, channel *string) []any {
 // is read by its own probe of the primary key (LATERAL), whatever the
 // planner thinks of the arrays' length. Listeners hear of it once ($9
 // names their channel, see announce), whatever the number of events
-// queued.
+// queued, the payload a key after $14, the announcer.
 const enqueueManySQL = `WITH input AS MATERIALIZED (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::boolean[], $8::bytea[],
 		$10::text[], $11::text[], $12::bigint[], $13::text[])
@@ -211,6 +211,6 @@ const enqueueManySQL = `WITH input AS MATERIALIZED (
 	RETURNING q.key
 )
 SELECT queued.key, true, ` + noRecord + ` FROM queued
-	LEFT JOIN LATERAL (SELECT pg_notify($9, queued.key) WHERE $9::text IS NOT NULL AND queued.key = (SELECT min(key) FROM queued)) AS notified ON true
+	LEFT JOIN LATERAL (SELECT pg_notify($9, $14 || queued.key) WHERE $9::text IS NOT NULL AND queued.key = (SELECT min(key) FROM queued)) AS notified ON true
 UNION ALL
 SELECT key, false, state, since, ttl, status, fingerprint, content_type, body, attempts, last_status, last_error, due, blocked_by FROM live`

@@ -51,7 +51,7 @@ func TestPostgresPlansFollowTheQueue(t *testing.T) {
 	}
 	enqueueArgs := strings.Join([]string{array(enqueueKeys),
 		list("'POST'"), list("'/a'"), list("'h'"), list(`'\x'::bytea`), list("'127.0.0.1:1'"), list("false"),
-		list(`'\x7b7d'::bytea`), "NULL", list("'a'"), list("''"), list("0::bigint"), list("''")}, ", ")
+		list(`'\x7b7d'::bytea`), "NULL", list("'a'"), list("''"), list("0::bigint"), list("''"), "''"}, ", ")
 	// A group of completions of deliveries leased to tok (setup).
 	succeedArgs := strings.Join([]string{keyList, list(tok), list("1000000::bigint"), list("200"), list("NULL::bytea"),
 		list("''"), list("NULL::bytea"), list(`'{"status":200}'`), "10"}, ", ")
@@ -73,7 +73,7 @@ func TestPostgresPlansFollowTheQueue(t *testing.T) {
 			fmt.Sprintf("UPDATE webhook_dedup_queue SET lease_token = %s WHERE key = ANY(%s)", tok, keyList)},
 		{"a group of enqueues", s.sql.enqueueMany, enqueueArgs, n / 2, ""},
 		{"an ordered enqueue", s.sql.enqueue, `'o/1', 'POST', '/a', 'h', '\x'::bytea, '127.0.0.1:1', false, '\x7b7d'::bytea,
-			NULL, 'a', '', 0, '', 'cus_1', false`, 1, ""},
+			NULL, 'a', '', 0, '', 'cus_1', false, ''`, 1, ""},
 		{"a claim of a queued key", s.sql.claim, fmt.Sprintf("'a/1', %s, %d", tok, lease), 0, ""},
 		{"a claim of a new key", s.sql.claim, fmt.Sprintf("'c/1', %s, %d", tok, lease), 1, ""},
 	}

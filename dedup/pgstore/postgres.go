@@ -100,6 +100,10 @@ type Store struct {
 	// announced is when this process's enqueues last notified the
 	// listeners (UnixNano; 0: never): at most once per announceEvery.
 	announced atomic.Int64
+	// announcer begins the payload of each notification of this store's
+	// enqueues (random hex and a slash), by which its own listener knows
+	// them (heardFromElsewhere).
+	announcer string
 	// background lives until Close: the pruner's, the migration's and
 	// the listener's.
 	background context.Context
@@ -162,6 +166,7 @@ func Open(cfg Config) (*Store, error) {
 		batch: cfg.PruneBatch, pruned: cfg.Pruned,
 		reports:   &reporter{failed: cfg.Failed, recovered: cfg.Recovered, last: map[string]string{}},
 		keyPrefix: cfg.KeyPrefix,
+		announcer: newAnnouncer(),
 	}
 	s.owner = storeop.Owner{App: cfg.AppName, Where: fmt.Sprintf("%q in %sowners", cfg.KeyPrefix, cfg.TablePrefix), Read: func(ctx context.Context) (string, error) {
 		return s.readOwner(ctx, cfg.AppName)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,7 @@ var _ dedup.Queue = (*Store)(nil)
 // dead letter is replaced. Listeners hear of it once it commits when $9
 // names their channel (see announce): the notification is made per
 // queued row (LATERAL), so a duplicate, which queues nothing, sends none.
+// Its payload is the key after $16, this process's (Store.announcer).
 const enqueueSQL = live + `, won AS (
 	INSERT INTO %[1]srecords AS r (key, state, token, since, expires_at)
 	SELECT $1, 3, NULL::bytea, now(), 'infinity'::timestamptz WHERE NOT EXISTS (SELECT FROM live)
@@ -45,7 +47,7 @@ const enqueueSQL = live + `, won AS (
 		order_key = excluded.order_key, order_seq = excluded.order_seq, order_block = excluded.order_block
 	RETURNING q.key
 )
-SELECT true, ` + noRecord + ` FROM queued LEFT JOIN LATERAL (SELECT pg_notify($9, queued.key) WHERE $9::text IS NOT NULL) AS notified ON true
+SELECT true, ` + noRecord + ` FROM queued LEFT JOIN LATERAL (SELECT pg_notify($9, $16 || queued.key) WHERE $9::text IS NOT NULL) AS notified ON true
 UNION ALL
 SELECT false, * FROM live`
 
@@ -298,7 +300,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, req dedup.Request, maxD
 		}
 		won, rec, err = s.claimOnce(ctx, s.sql.lockOrderKey, okey, s.sql.enqueue, key, req.Method, req.RequestURI, req.Host, header,
 			req.RemoteAddr, req.TLS, body, channel, req.Route, req.Namespace, micros(max(req.TTL, 0)), req.TraceParent,
-			okey, req.OrderBlock)
+			okey, req.OrderBlock, s.announcer)
 	} else {
 		won, rec, err = s.enqueueGrouped(newEnqueueCall(ctx, key, req, header, body))
 	}
@@ -327,6 +329,13 @@ func orderKey(req dedup.Request) *string {
 // finds what was queued since; this process's own workers are woken by
 // the proxy, and every worker polls anyway.
 const announceEvery = 10 * time.Millisecond
+
+// newAnnouncer is a store's announcer: a random token in hex, then a
+// slash.
+func newAnnouncer() string {
+	tok := codec.NewToken()
+	return hex.EncodeToString(tok[:]) + "/"
+}
 
 // announce reports whether an enqueue at now notifies the listeners: the
 // first one since announceEvery.
@@ -698,14 +707,28 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	}
 	s.signal() // anything queued while no one listened
 	for {
-		if _, err := pc.WaitForNotification(ctx); err != nil {
+		n, err := pc.WaitForNotification(ctx)
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return err
 		}
-		s.signal()
+		if s.heardFromElsewhere(n.Payload) {
+			s.signal()
+		}
 	}
+}
+
+// heardFromElsewhere reports whether a notification whose payload is
+// payload came from elsewhere than this process's enqueues: another
+// process's, or a requeue (whose payload is the bare key). This
+// process's own enqueues wake their lanes themselves (the proxy's
+// Enqueued); heard back, each woke every lane, which took nothing from
+// all but one: an empty Take of each other lane at every announcement
+// (announceEvery), 60 a second beside one busy route in the bench.
+func (s *Store) heardFromElsewhere(payload string) bool {
+	return !strings.HasPrefix(payload, s.announcer)
 }
 
 func (s *Store) signal() {

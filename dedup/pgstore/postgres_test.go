@@ -455,8 +455,37 @@ func TestPostgresNotify(t *testing.T) {
 		}
 	}
 	wait("listening") // the first signal says it listens
-	if won, _, err := other.Enqueue(context.Background(), "k", storetest.Request, 0); err != nil || !won {
-		t.Fatalf("Enqueue = %v, %v", won, err)
+	// What each store's listener makes of the notifications, read on a
+	// connection of the test's own: its own enqueues' are not signalled
+	// (they wake their lanes themselves), anyone else's are.
+	ctx, cancel := context.WithTimeout(context.Background(), listener.timeout+storetest.LoadMargin)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{listener.sql.notify}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	payloads := map[*Store]string{}
+	for key, s := range map[string]*Store{"own": listener, "k": other} {
+		if won, _, err := s.Enqueue(ctx, key, storetest.Request, 0); err != nil || !won {
+			t.Fatalf("Enqueue = %v, %v", won, err)
+		}
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("the enqueue of %s was not heard: %v", key, err)
+		}
+		payloads[s] = n.Payload
+	}
+	for _, tc := range []struct {
+		store, sender *Store
+		want          bool
+	}{{listener, listener, false}, {listener, other, true}, {other, listener, true}} {
+		if got := tc.store.heardFromElsewhere(payloads[tc.sender]); got != tc.want {
+			t.Errorf("heardFromElsewhere(%q) of the store announcing %q = %v, want %v", payloads[tc.sender], tc.store.announcer, got, tc.want)
+		}
 	}
 	wait("after an Enqueue on another store")
 }
@@ -504,7 +533,7 @@ func TestPostgresNotifyBurst(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the enqueue after the burst was not heard: %v (%d notifications before)", err, heard)
 		}
-		if n.Payload == "after" {
+		if strings.HasSuffix(n.Payload, "/after") {
 			break
 		}
 		heard++

@@ -227,7 +227,7 @@ func probesByKey(t *testing.T, s *Store) {
 		}
 		enqueues = append(enqueues, newCall(ctx, key, storetest.Request))
 	}
-	enqueueArgs, succeedArgs := enqueueManyArgs(enqueues, nil), succeedManyArgs(succeeds)
+	enqueueArgs, succeedArgs := enqueueManyArgs(enqueues, nil, s.announcer), succeedManyArgs(succeeds)
 	for _, tc := range []struct {
 		name, relation, sql string
 		args                []any
