@@ -183,7 +183,7 @@ func enqueueManyArgs(calls []*enqueueCall, channel *string, announcer string) []
 // is read by its own probe of the primary key (LATERAL), whatever the
 // planner thinks of the arrays' length. Listeners hear of it once ($9
 // names their channel, see announce), whatever the number of events
-// queued, the payload a key after $14, the announcer.
+// queued, the payload $14, the store's announcer, then a key.
 const enqueueManySQL = `WITH input AS MATERIALIZED (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::boolean[], $8::bytea[],
 		$10::text[], $11::text[], $12::bigint[], $13::text[])

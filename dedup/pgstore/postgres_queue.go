@@ -26,7 +26,7 @@ var _ dedup.Queue = (*Store)(nil)
 // dead letter is replaced. Listeners hear of it once it commits when $9
 // names their channel (see announce): the notification is made per
 // queued row (LATERAL), so a duplicate, which queues nothing, sends none.
-// Its payload is the key after $16, this process's (Store.announcer).
+// Its payload is $16, the store's announcer, then the key.
 const enqueueSQL = live + `, won AS (
 	INSERT INTO %[1]srecords AS r (key, state, token, since, expires_at)
 	SELECT $1, 3, NULL::bytea, now(), 'infinity'::timestamptz WHERE NOT EXISTS (SELECT FROM live)
@@ -726,7 +726,7 @@ func (s *Store) listenOnce(ctx context.Context) error {
 // process's own enqueues wake their lanes themselves (the proxy's
 // Enqueued); heard back, each woke every lane, which took nothing from
 // all but one: an empty Take of each other lane at every announcement
-// (announceEvery), 60 a second beside one busy route in the bench.
+// (announceEvery): 60 a second beside one busy route, measured.
 func (s *Store) heardFromElsewhere(payload string) bool {
 	return !strings.HasPrefix(payload, s.announcer)
 }
