@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 	"github.com/webhook-dedup/webhook-dedup/upstream"
 )
 
@@ -142,9 +143,9 @@ func runDraining(t *testing.T, cfg Config, finish time.Duration) (stop func()) {
 // loadMargin is what every wait in these tests allows beyond the times
 // the test itself configures: the time a loaded 2-core machine (the suite
 // under the race detector, beside other work) may add to scheduling the
-// workers, the disk queue, the app and the test. It is the one guess the
-// waits make, stated once: the longest any of them allowed before.
-const loadMargin = 10 * time.Second
+// workers, the disk queue, the app and the test: timing.LoadMargin, the
+// one guess the module's tests make, stated once.
+const loadMargin = timing.LoadMargin
 
 // await polls cond until it holds, failing the test after loadMargin: for
 // an event whose configured times in its way (polls, backoffs, spacings

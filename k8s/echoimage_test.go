@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 )
 
 // echoDockerfile builds the example app's image, released beside
@@ -45,7 +46,7 @@ func TestEchoImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(timing.LoadMargin) // no bound of its own in its way
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -59,7 +60,7 @@ func TestEchoImage(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("echo does not answer on ADDR=%s after 15s: %v", addr, err)
+			t.Fatalf("echo does not answer on ADDR=%s after %s: %v", addr, timing.LoadMargin, err)
 		}
 		<-tick.C
 	}

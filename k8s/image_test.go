@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 )
 
 func TestImageBinaryIsStatic(t *testing.T) {
@@ -106,12 +108,23 @@ func TestImageHealthcheck(t *testing.T) {
 		t.Fatal("healthcheck passed with nothing listening on ADMIN_ADDR")
 	}
 
+	env := map[string]string{
+		"UPSTREAM_URL": "http://" + redistest.FreeAddr(t),
+		"LISTEN_ADDR":  redistest.FreeAddr(t),
+		"ADMIN_ADDR":   adminAddr,
+		"LOG_LEVEL":    "error",
+	}
+	// The exit's deadline comes from the configuration the process
+	// loads: it exits within SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT + 2 s
+	// (SPEC, Shutdown), and a loaded machine may add timing.LoadMargin.
+	cfg, err := config.Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exitBound := cfg.ShutdownDelay + cfg.ShutdownTimeout + 2*time.Second + timing.LoadMargin
 	serve := exec.Command(b.binary)
-	serve.Env = []string{
-		"UPSTREAM_URL=http://" + redistest.FreeAddr(t),
-		"LISTEN_ADDR=" + redistest.FreeAddr(t),
-		"ADMIN_ADDR=" + adminAddr,
-		"LOG_LEVEL=error",
+	for k, v := range env {
+		serve.Env = append(serve.Env, k+"="+v)
 	}
 	// A file, not a buffer: the process writes it directly, so reading it
 	// while the process runs is no data race.
@@ -134,7 +147,9 @@ func TestImageHealthcheck(t *testing.T) {
 		<-exited
 	})
 
-	deadline := time.Now().Add(15 * time.Second)
+	// Ready once started: with the memory store, no store's bound is in
+	// its way.
+	deadline := time.Now().Add(timing.LoadMargin)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for err := healthcheck(); err != nil; err = healthcheck() {
@@ -144,7 +159,7 @@ func TestImageHealthcheck(t *testing.T) {
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("healthcheck still failing after 15s: %v\nlogs:\n%s", err, logs())
+			t.Fatalf("healthcheck still failing after %s: %v\nlogs:\n%s", timing.LoadMargin, err, logs())
 		}
 	}
 
@@ -156,8 +171,8 @@ func TestImageHealthcheck(t *testing.T) {
 		if waitErr != nil {
 			t.Errorf("webhook-dedup after SIGINT: %v\n%s", waitErr, logs())
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("webhook-dedup did not exit within 30s of SIGINT")
+	case <-time.After(exitBound):
+		t.Fatalf("webhook-dedup did not exit within %s of SIGINT", exitBound)
 	}
 	if err := healthcheck(); err == nil {
 		t.Error("healthcheck passed after webhook-dedup exited")

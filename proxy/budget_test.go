@@ -14,6 +14,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup/memstore"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 )
 
 func budgetHandler(t *testing.T, maxBody, maxBuffered int64) *Handler {
@@ -41,10 +42,9 @@ func bodyRequest(r io.Reader, length int64) *http.Request {
 
 // loadMargin is what a wait in this package's internal tests allows for
 // an event with no configured timeout in its way: the time a loaded
-// 2-core machine may add to scheduling it. The same stated guess as
-// proxy_test's (fixture_test.go), which a test of package proxy cannot
-// see.
-const loadMargin = 10 * time.Second
+// 2-core machine may add to scheduling it: timing.LoadMargin, as
+// proxy_test's (fixture_test.go).
+const loadMargin = timing.LoadMargin
 
 // A body's buffer grows as its bytes arrive: a request that declares 10
 // MiB and sends nothing holds firstChunk, not 10 MiB.

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 	"github.com/webhook-dedup/webhook-dedup/providers"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 )
@@ -183,9 +184,9 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value stri
 // under the race detector, beside other work) may add to scheduling the
 // proxy's handlers, its store, its upstream and the test. An event with
 // no configured timeout in its way (an in-memory store, an httptest
-// upstream) takes only that. It is the one guess the waits make, stated
-// once: the longest any of them allowed before, so that none is shorter.
-const loadMargin = 10 * time.Second
+// upstream) takes only that: timing.LoadMargin, the one guess the
+// module's tests make, stated once.
+const loadMargin = timing.LoadMargin
 
 // pollCounter waits, with a deadline, for a counter to reach want: a
 // handler whose sender is gone finishes after the sender stops waiting.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/config"
 	asyncdelivery "github.com/webhook-dedup/webhook-dedup/delivery"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 )
 
 // How long the tests wait. A wait polls for the event it names and ends
@@ -18,8 +19,9 @@ import (
 // configuration sets: the time a loaded 2-core machine (the whole suite
 // under the race detector, with a CPU-bound process beside it) may add to
 // starting, scheduling and answering the proxy, its store and the test
-// itself. It is the one guess the waits make, stated once.
-const loadMargin = 10 * time.Second
+// itself: timing.LoadMargin, the one guess the module's tests make,
+// stated once.
+const loadMargin = timing.LoadMargin
 
 // exitSlack is what the proxy may take to exit once SHUTDOWN_DELAY and
 // SHUTDOWN_TIMEOUT are over, whatever its store does: it promises to

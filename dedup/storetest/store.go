@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 )
 
 // store is what the store cases exercise: every store's records.
@@ -565,9 +566,9 @@ func timedOut(err error) bool {
 // LoadMargin is what a wait in the stores' tests allows beyond the
 // timeouts the test configures: the time a loaded 2-core machine (the
 // suite under the race detector, beside other work) may add to scheduling
-// the store, its server and the test. It is the one guess the stores'
-// waits make, stated once: the longest any of them allowed before.
-const LoadMargin = 10 * time.Second
+// the store, its server and the test: timing.LoadMargin, the one guess
+// the module's tests make, stated once.
+const LoadMargin = timing.LoadMargin
 
 // Eventually polls cond until it holds, failing the test after
 // LoadMargin: for an event with no configured timeout of note in its way.

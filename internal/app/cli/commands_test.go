@@ -24,6 +24,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/config"
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/internal/testenv/redistest"
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 )
 
 // exitCode is the status main would exit with for err.
@@ -57,9 +58,9 @@ func (b *syncBuffer) String() string {
 // server under test is configured with: the time a loaded 2-core machine
 // (the suite under the race detector, beside other work) may add to
 // starting it, scheduling it and its store, and to Redis's client
-// dialing again (about a second) once Redis is back. It is the one guess
-// the waits make, stated once.
-const loadMargin = 10 * time.Second
+// dialing again (about a second) once Redis is back: timing.LoadMargin,
+// the one guess the module's tests make, stated once.
+const loadMargin = timing.LoadMargin
 
 // TestHealthcheckAgainstServe runs the real server in this process and the
 // healthcheck command against its admin port: exit 0 while the store

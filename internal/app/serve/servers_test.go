@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhook-dedup/webhook-dedup/internal/testenv/timing"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -15,8 +16,9 @@ import (
 // loadMargin is what a wait in these tests allows beyond the bounds the
 // servers are given: the time a loaded 2-core machine (the suite under
 // the race detector, beside other work) may add to scheduling them and
-// the test. It is the one guess the waits make, stated once.
-const loadMargin = 10 * time.Second
+// the test: timing.LoadMargin, the one guess the module's tests make,
+// stated once.
+const loadMargin = timing.LoadMargin
 
 // TestServersStopOnTimeWhateverTheStore: once the shutdown has begun, run
 // returns within SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT + exitGrace whatever
