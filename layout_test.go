@@ -96,7 +96,7 @@ var (
 		{"the contract and the shared vocabulary", []string{"dedup", "policy", "setting"}},
 		{"stores and webhook formats", slices.Concat(storePackages, []string{"providers", "signature"})},
 		{"configuration", []string{"config"}},
-		{"libraries", []string{"internal/server", "internal/tracing", "internal/memlimit"}},
+		{"libraries", []string{"internal/server", "internal/tracing", "internal/memlimit", "internal/intake"}},
 		{"the request path", []string{"proxy", "delivery", "upstream", "admin/..."}},
 		{"the composition root", []string{"internal/app/..."}},
 		{"the process", []string{"."}},

@@ -148,6 +148,10 @@ type Config struct {
 	Now func() time.Time
 	// Jitter returns a random duration in [0, d]. If nil, uniform.
 	Jitter func(d time.Duration) time.Duration
+	// Attempted is called as each attempt ends, whatever its outcome: the
+	// intake's share of a saturated machine moves with the work delivery
+	// did (intake.Gate.Delivered). If nil, nothing is called.
+	Attempted func()
 }
 
 // Workers deliver the queue's events. Run them once; Nudge from anywhere.
@@ -235,6 +239,9 @@ func New(cfg Config) *Workers {
 	}
 	if cfg.Jitter == nil {
 		cfg.Jitter = uniformJitter
+	}
+	if cfg.Attempted == nil {
+		cfg.Attempted = func() {}
 	}
 	completion := upstream.Completion{
 		ReplayResponse:  cfg.ReplayResponse,
@@ -363,7 +370,7 @@ const takers = 2
 // at once. Were the next taken only once a worker was free, each delivery
 // would wait for two store operations in turn (its Take and its outcome),
 // where an accept waits for one: under a saturating intake, with as many
-// enqueues at once as workers (proxy.Config.EnqueueConcurrency), delivery
+// enqueues at once as workers (proxy.Config.Enqueues at its narrowest), delivery
 // kept a third to a half of the intake (docs/performance.md, "Delivery
 // during intake"). running counts the workers; once ctx is done they
 // attempt what was taken ahead, and end.
@@ -390,6 +397,7 @@ func (w *Workers) take(ctx, attemptCtx context.Context, l *lane, running *sync.W
 					// attempt, which puts the event back, due at once.
 					start, _ := l.pace.waitFor(attemptCtx, turn)
 					w.attempt(attemptCtx, l, h, probe, start)
+					w.cfg.Attempted()
 					probe = false
 					if h = w.holding.release(h); h != nil {
 						turn = l.pace.turn()

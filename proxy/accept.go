@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -41,14 +42,10 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 	// (the store bounds each call): a sender's hang-up never cuts it off
 	// halfway. Queued, the event is delivered, and the sender's retry is a
 	// duplicate.
-	if h.enqueues != nil {
-		select {
-		case h.enqueues <- struct{}{}:
-			defer func() { <-h.enqueues }()
-		case <-r.Context().Done():
-			return h.senderGone(w, wh, r.Context().Err())
-		}
+	if err := h.cfg.Enqueues.Enter(r.Context()); err != nil {
+		return h.senderGone(w, wh, err)
 	}
+	defer h.cfg.Enqueues.Leave()
 	start := time.Now()
 	queued, rec, err := h.cfg.Queue.Enqueue(h.storeCtx(wh), wh.key, req, h.cfg.QueueMaxDepth)
 	if errors.Is(err, dedup.ErrQueueFull) {
@@ -68,6 +65,19 @@ func (h *Handler) accept(w http.ResponseWriter, r *http.Request, wh *webhook) re
 	}
 	return h.held(w, wh, rec)
 }
+
+// Gate bounds the enqueues under way: Enter waits for a turn until ctx is
+// done, and Leave ends it (intake.Gate).
+type Gate interface {
+	Enter(ctx context.Context) error
+	Leave()
+}
+
+// unbounded is the Gate of a Config without one.
+type unbounded struct{}
+
+func (unbounded) Enter(context.Context) error { return nil }
+func (unbounded) Leave()                      {}
 
 // orderOf sets req's order key on a route with order=: the route and the
 // key's value, so that routes never share a key (a path holds no space).

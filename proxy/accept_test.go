@@ -19,6 +19,7 @@ import (
 
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
+	"github.com/webhook-dedup/webhook-dedup/internal/intake"
 	"github.com/webhook-dedup/webhook-dedup/proxy"
 
 	// Named apart from this package's upstream, the test app.
@@ -322,11 +323,11 @@ func (q *heldEnqueues) Enqueue(ctx context.Context, key string, req dedup.Reques
 }
 
 // TestAsyncEnqueueConcurrency: no more enqueues run at once than
-// EnqueueConcurrency; the others wait their turn, and every one is then
+// the Gate's width; the others wait their turn, and every one is then
 // queued.
 func TestAsyncEnqueueConcurrency(t *testing.T) {
 	q := &heldEnqueues{queueStore: newQueueStore(t), release: make(chan struct{})}
-	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q, EnqueueConcurrency: 2})
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q, Enqueues: intake.New(2, 2)})
 	answers := make([]<-chan *http.Response, 6)
 	for i := range answers {
 		answers[i] = f.postAsync(t, "/hooks", map[string]string{"X-Id": fmt.Sprint("e", i)}, "{}")
@@ -345,7 +346,7 @@ func TestAsyncEnqueueConcurrency(t *testing.T) {
 		}
 	}
 	if m := q.most.Load(); m != 2 {
-		t.Errorf("at most %d enqueues at once, want EnqueueConcurrency's 2", m)
+		t.Errorf("at most %d enqueues at once, want the Gate's 2", m)
 	}
 }
 

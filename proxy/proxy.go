@@ -54,12 +54,12 @@ type Config struct {
 	// AsyncStatus is the answer to a webhook queued for background
 	// delivery. If zero, 202.
 	AsyncStatus int
-	// EnqueueConcurrency bounds the enqueues of async routes at once;
-	// beyond it a webhook waits its turn (until its sender hangs up). The
-	// delivery workers then get as many turns at the CPU and the store as
-	// intake does: left unbounded, 200 senders at once took 95% of both,
-	// and delivery fell to 5% of intake. If zero, no bound.
-	EnqueueConcurrency int
+	// Enqueues bounds the enqueues of async routes at once (intake.Gate);
+	// beyond it a webhook waits its turn (until its sender hangs up), so
+	// that the delivery workers keep their share of the CPU and the store:
+	// left unbounded, 200 senders at once took 95% of both, and delivery
+	// fell to 5% of intake. If nil, no bound.
+	Enqueues Gate
 	// QueueMaxDepth bounds the events waiting for delivery
 	// (QUEUE_MAX_DEPTH): the store checks it as it enqueues
 	// (dedup.Producer), and a first-seen webhook of an async route it
@@ -155,9 +155,6 @@ type Handler struct {
 	stop    context.CancelFunc
 	// tracer makes the webhooks' spans; nil when tracing is off.
 	tracer trace.Tracer
-	// enqueues holds a token per enqueue under way (EnqueueConcurrency);
-	// nil: no bound.
-	enqueues chan struct{}
 	// refusing is set from the first webhook refused queue-full until one
 	// is queued again, so that the log says when each spell begins and
 	// ends, not each refusal.
@@ -228,8 +225,8 @@ func New(cfg Config) (*Handler, error) {
 		log: cfg.Logger,
 		m:   cfg.Metrics,
 	}
-	if cfg.EnqueueConcurrency > 0 {
-		h.enqueues = make(chan struct{}, cfg.EnqueueConcurrency)
+	if cfg.Enqueues == nil {
+		h.cfg.Enqueues = unbounded{}
 	}
 	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
 	h.budget.m.max.Set(float64(cfg.MaxBuffered))

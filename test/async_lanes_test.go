@@ -161,7 +161,13 @@ func TestAsyncDeliveryDuringIntake(t *testing.T) {
 			wg.Wait()
 			took, delivered, n := time.Since(start), app.total(), accepted.Load()
 			ratio := float64(delivered) / float64(n)
-			t.Logf("%d senders for %s: %d accepted (%.0f/s), %d delivered meanwhile (%.2f of them)", senders, took.Round(time.Millisecond), n, float64(n)/took.Seconds(), delivered, ratio)
+			// The enqueue gate widens while delivery keeps more than its
+			// share, within DELIVERY_CONCURRENCY (16) and four times it.
+			turns := sample(px.metrics(t), "webhook_dedup_enqueue_turns", nil)
+			t.Logf("%d senders for %s: %d accepted (%.0f/s), %d delivered meanwhile (%.2f of them); enqueue turns %v", senders, took.Round(time.Millisecond), n, float64(n)/took.Seconds(), delivered, ratio, turns)
+			if turns < 16 || turns > 64 {
+				t.Errorf("webhook_dedup_enqueue_turns = %v, want 16 to 64", turns)
+			}
 			if ratio < floor {
 				t.Errorf("%d of %d accepted events delivered while the senders sent (%.2f), want at least %.2f: intake starves delivery", delivered, n, ratio, floor)
 			}

@@ -22,7 +22,7 @@ import (
 
 // TestLoad drives the store as a busy async proxy on DATA_DIR does, for
 // profiling its write path: enqueuers accept unique 1 KB events as fast as
-// the store lets them (the proxy's EnqueueConcurrency of them at once),
+// the store lets them (the proxy's enqueue gate's width of them at once),
 // while a lane's workers take, deliver (a short wait) and complete them.
 // It prints the accepted events per second, second by second, the
 // enqueue's latency, the write transactions committed and the calls each

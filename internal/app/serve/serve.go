@@ -27,6 +27,7 @@ import (
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/delivery"
 	"github.com/webhook-dedup/webhook-dedup/internal/app/stores"
+	"github.com/webhook-dedup/webhook-dedup/internal/intake"
 	"github.com/webhook-dedup/webhook-dedup/internal/memlimit"
 	"github.com/webhook-dedup/webhook-dedup/internal/server"
 	"github.com/webhook-dedup/webhook-dedup/internal/tracing"
@@ -96,39 +97,40 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	}
 	st := backend.Store
 
-	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp)
+	// As many enqueues at once as delivery attempts, and up to four times
+	// as many while delivery keeps more than its share of a saturating
+	// intake (SPEC: intake never starves the workers, nor they it).
+	enqueues := intake.New(cfg.DeliveryConcurrency, 4*cfg.DeliveryConcurrency)
+	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp, enqueues.Delivered)
 	var enqueued func(string) // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.NudgeRoute
 	}
 	handler, err := proxy.New(proxy.Config{
-		Upstream:      cfg.Upstream,
-		Routes:        routes,
-		Store:         st,
-		Queue:         queue,
-		AsyncStatus:   cfg.AsyncStatus,
-		Enqueued:      enqueued,
-		QueueMaxDepth: cfg.QueueMaxDepth,
-		// As many enqueues at once as deliveries: under a flood of
-		// senders, delivery keeps its share (SPEC: intake never starves
-		// the workers).
-		EnqueueConcurrency: cfg.DeliveryConcurrency,
-		KeyPrefix:          cfg.KeyPrefix,
-		UpstreamTimeout:    cfg.UpstreamTimeout,
-		LeaseTTL:           cfg.LeaseTTL,
-		MaxBodyBytes:       cfg.MaxBodyBytes,
-		MaxBuffered:        mem.Buffered,
-		OnStoreError:       cfg.OnStoreError,
-		OnMissingID:        cfg.OnMissingID,
-		BodyFingerprint:    cfg.DedupBodyFingerprint,
-		ReplayResponse:     cfg.ReplayResponse,
-		ReplayMaxBytes:     cfg.ReplayMaxBytes,
-		InflightWait:       cfg.InflightWait,
-		InflightStatus:     cfg.InflightStatus,
-		ShadowMode:         cfg.ShadowMode,
-		TracerProvider:     tp,
-		Logger:             log,
-		Metrics:            proxy.NewMetrics(reg),
+		Upstream:        cfg.Upstream,
+		Routes:          routes,
+		Store:           st,
+		Queue:           queue,
+		AsyncStatus:     cfg.AsyncStatus,
+		Enqueued:        enqueued,
+		QueueMaxDepth:   cfg.QueueMaxDepth,
+		Enqueues:        enqueues,
+		KeyPrefix:       cfg.KeyPrefix,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		LeaseTTL:        cfg.LeaseTTL,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxBuffered:     mem.Buffered,
+		OnStoreError:    cfg.OnStoreError,
+		OnMissingID:     cfg.OnMissingID,
+		BodyFingerprint: cfg.DedupBodyFingerprint,
+		ReplayResponse:  cfg.ReplayResponse,
+		ReplayMaxBytes:  cfg.ReplayMaxBytes,
+		InflightWait:    cfg.InflightWait,
+		InflightStatus:  cfg.InflightStatus,
+		ShadowMode:      cfg.ShadowMode,
+		TracerProvider:  tp,
+		Logger:          log,
+		Metrics:         proxy.NewMetrics(reg),
 	})
 	if err != nil {
 		return err
@@ -180,6 +182,13 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	srv.background = append(backend.Jobs[:len(backend.Jobs):len(backend.Jobs)], ui.Run)
 	if backlog != nil {
 		srv.background = append(srv.background[:len(srv.background):len(srv.background)], backlog.Run)
+	}
+	if workers != nil {
+		srv.background = append(srv.background, enqueues.Run)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "webhook_dedup_enqueue_turns",
+			Help: "Enqueues of async routes let through at once: DELIVERY_CONCURRENCY, up to four times as many while delivery keeps more than its share of a saturating intake.",
+		}, func() float64 { return float64(enqueues.Width()) }))
 	}
 	if workers != nil {
 		srv.deliver, srv.settle = workers.Run, workers.Drain
@@ -326,7 +335,7 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // were answered 202, so they are delivered, never stranded. Otherwise it
 // returns nils. The Backlog keeps the queue's stats, for /metrics (and
 // PostgreSQL's reckoning of the depth); it is to be run.
-func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) (dedup.Queue, *delivery.Workers, *delivery.Backlog) {
+func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider, attempted func()) (dedup.Queue, *delivery.Workers, *delivery.Backlog) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if backend.Queue == nil || (!cfg.AsyncRoutes() && !stillQueued(ctx, cfg, backend.Queue, log)) {
@@ -364,6 +373,7 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		TracerProvider:  tp,
 		Logger:          dlog,
 		Metrics:         delivery.NewMetrics(reg, backlog, dlog),
+		Attempted:       attempted,
 	})
 	// What the retries of an event failing every attempt come to, with
 	// full jitter: RETRY_MAX_AGE alone says it without a cap on attempts.
