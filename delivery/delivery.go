@@ -354,19 +354,15 @@ func (w *Workers) Drain(finish, exit context.Context) int {
 	}
 }
 
-// takers is how many Takes each lane has under way at most. Two were
-// needed while every enqueue on PostgreSQL was a statement of its own:
-// the server shares its CPU among its connections, and a lane's one Take
-// got one connection's share against DELIVERY_CONCURRENCY enqueues'
-// (docs/performance.md, "Deliveries taken ahead"). Since the enqueues
-// share a statement (pgstore's group commit) they hold one connection at
-// a time too, and a second Take only doubled the delivery side's
-// statements: with one, PostgreSQL accepted 3,233–3,569 events/s against
-// 2,831–2,875 with two, and a backlog over 1,000 customers was delivered
-// at 5,042/s against 3,697; Redis accepted 6,315–6,331 against
-// 5,762–5,769, DATA_DIR the same within the noise (docs/performance.md,
-// "One Take at a time").
-const takers = 1
+// takers is how many Takes each lane has under way at most. With one, a
+// store whose server shares its CPU among its connections (PostgreSQL)
+// gave the lane's Takes one connection's share against the
+// DELIVERY_CONCURRENCY enqueues': the lane delivered what that one could
+// take (about 700 events/s on the bench's core, its workers idle
+// meanwhile) whatever the intake. With two, the lane kept 0.68–0.73 of
+// the intake there, against 0.49–0.59 (docs/performance.md, "Deliveries
+// taken ahead"); a second Take costs the other stores nothing measurable.
+const takers = 2
 
 // take delivers l's due deliveries until ctx is done: Concurrency
 // workers attempt them, and takers keep up to Concurrency more taken

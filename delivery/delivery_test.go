@@ -468,11 +468,10 @@ func TestConcurrencyBound(t *testing.T) {
 
 // TestNudge: with a poll interval far beyond the test, a nudge makes the
 // workers take an event queued after they found the queue empty, whichever
-// of the lane's takers it wakes: one with no room, while another holds it
-// in a Take begun before the event was queued, passes it on (with two
-// takers, before that, this failed about once in 1,500 runs beside four
-// CPU-bound processes; run 6,000 times since, never). A lane has one taker
-// now (takers), which finds the nudge waiting once its Take ends.
+// of the lane's two takers it wakes: one with no room, while the other
+// holds it in a Take begun before the event was queued, passes it on
+// (before that, this failed about once in 1,500 runs beside four
+// CPU-bound processes; run 6,000 times since, never).
 func TestNudge(t *testing.T) {
 	a := newApp(t, nil)
 	q := newQueue(t)
