@@ -5,10 +5,9 @@
 //
 // Both sides need the same CPU and the same store. With a fixed bound of as
 // many enqueues at once as delivery attempts, delivery kept 0.58 of a
-// saturating intake on DATA_DIR but 0.94 on Redis and 0.99 on PostgreSQL,
-// where each delivery costs more of the store than an accept: the senders
-// then got less than half of the machine (docs/performance.md, "Intake
-// and delivery share the machine"). The Gate widens while delivery keeps
+// saturating intake on DATA_DIR but 0.94 on Redis and 0.99 on PostgreSQL:
+// the senders got what delivery left (docs/performance.md, "Intake and
+// delivery share the machine"). The Gate widens while delivery keeps
 // more than its share and the senders wait for a turn, and narrows back
 // when it keeps less; it never goes below the fixed bound, so that a slow
 // app (delivering little whatever the width) leaves the intake as it was.
@@ -22,9 +21,9 @@ import (
 
 // The share delivery keeps of a saturating intake, measured per Window:
 // above High the Gate widens, below Low it narrows. Between them it holds,
-// so that the noise of a window does not move it. SPEC's promise is half
-// (issue 33: delivery keeps at least 0.50 of intake); Low sits above it so
-// that a run's average stays there.
+// so that the noise of a window does not move it. The floor asked for is
+// half (issue 33: delivery keeps at least 0.50 of a saturating intake);
+// Low sits above it so that a run's average stays above it too.
 const (
 	Low  = 0.55
 	High = 0.70

@@ -99,7 +99,8 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 
 	// As many enqueues at once as delivery attempts, and up to four times
 	// as many while delivery keeps more than its share of a saturating
-	// intake (SPEC: intake never starves the workers, nor they it).
+	// intake (SPEC, Backpressure: accepting webhooks never starves the
+	// workers; docs/delivery.md, "Intake and delivery share the machine").
 	enqueues := intake.New(cfg.DeliveryConcurrency, 4*cfg.DeliveryConcurrency)
 	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp, enqueues.Delivered)
 	var enqueued func(string) // nil: proxy.New makes it a no-op
