@@ -41,7 +41,8 @@ type Gate struct {
 	// tokens holds one token per enqueue under way, and the ones
 	// that the Gate holds itself (hi-width): its width is the capacity left.
 	tokens chan struct{}
-	// width is only written by Run; read by Width.
+	// width is only written by Run, as each token changes hands, so that
+	// it stays the capacity left even if Run stops halfway; read by Width.
 	width atomic.Int64
 	// What happened since Run last looked.
 	entered, delivered, waited atomic.Uint64
@@ -106,14 +107,15 @@ func (g *Gate) run(ctx context.Context, ticks <-chan time.Time) {
 		for ; width < next; width++ {
 			<-g.tokens // a token the Gate held: one more turn for the senders
 		}
+		g.width.Store(int64(width))
 		for ; width > next; width-- {
 			select {
 			case g.tokens <- struct{}{}: // taken back once an enqueue leaves
 			case <-ctx.Done():
 				return
 			}
+			g.width.Store(int64(width - 1))
 		}
-		g.width.Store(int64(width))
 	}
 }
 

@@ -190,8 +190,6 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 			Name: "webhook_dedup_enqueue_turns",
 			Help: "Enqueues of async routes let through at once: DELIVERY_CONCURRENCY, up to four times as many while delivery keeps more than its share of a saturating intake.",
 		}, func() float64 { return float64(enqueues.Width()) }))
-	}
-	if workers != nil {
 		srv.deliver, srv.settle = workers.Run, workers.Drain
 		if backend.Wake != nil {
 			// Events queued by other replicas wake these workers at once.
