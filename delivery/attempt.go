@@ -43,8 +43,21 @@ type forwarder struct {
 }
 
 func newForwarder(app *url.URL, transport http.RoundTripper, completion upstream.Completion, log *zap.Logger) *forwarder {
+	rewrite := upstream.Rewrite(app)
 	return &forwarder{reverse: &httputil.ReverseProxy{
-		Rewrite:   upstream.Rewrite(app),
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			rewrite(pr)
+			// ReverseProxy wraps the body in a reader of its own, which
+			// net/http cannot tell is in memory: it would send the
+			// headers in one write and the body in another (two
+			// syscalls, and two reads at the app). The queued body is in
+			// memory (inbound): handed on as it is, the headers and the
+			// body go in one write, as on a sync route (proxy's
+			// replayBody).
+			if pr.Out.Body != nil {
+				pr.Out.Body = pr.In.Body
+			}
+		},
 		Transport: transport,
 		// A completing answer's body is kept for replay here, before the
 		// ReverseProxy copies it into the outcome, exactly as a sync
