@@ -94,6 +94,11 @@ type Store struct {
 	// succeeds gathers the completions of deliveries waiting for a
 	// shared statement (succeed_group.go).
 	succeeds group[*succeedCall]
+	// handedOrdered is set once a Take of this process has handed out an
+	// ordered event (one with an order key): until then, no completion
+	// this process makes can be of one, and its shared statements need
+	// no order key's lock (see commitSucceeds).
+	handedOrdered atomic.Bool
 
 	notifyOnce sync.Once
 	notify     chan struct{}

@@ -124,7 +124,8 @@ const headOnly = `NOT EXISTS (SELECT FROM %[1]squeue h WHERE h.order_key = q.ord
 const takeLease = `
 UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
 WHERE q.key = ANY(ARRAY(SELECT key FROM due))
-RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at`
+RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls, q.body, q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at,
+	q.order_key IS NOT NULL`
 
 // takeRouteSQL takes from route $4's lane, by the lane index: an index
 // range of that route's due rows, which another route's backlog is not in.
@@ -392,6 +393,9 @@ func (s *Store) Take(ctx context.Context, lane dedup.Lane, n int, lease time.Dur
 	token := hex.EncodeToString(tok[:])
 	out := make([]dedup.Delivery, 0, len(taken))
 	for _, row := range taken {
+		if row.ordered {
+			s.handedOrdered.Store(true)
+		}
 		d := row.d
 		r := &d.Request
 		if err := readHeader(r, row.header, row.headerRaw); err != nil {
@@ -428,6 +432,8 @@ func commitFailed(err error) bool {
 type takenRow struct {
 	d                 dedup.Delivery
 	header, headerRaw []byte
+	// ordered: the event has an order key (which Take does not hand out).
+	ordered bool
 }
 
 // takeRows opens a transaction on conn and runs the take statement sql in
@@ -452,7 +458,7 @@ func takeRows(ctx context.Context, conn *pgx.Conn, sql string, args []any) ([]ta
 		r := &row.d.Request
 		var ttlMicros int64
 		if err := rows.Scan(&row.d.Claim.Key, &r.Method, &r.RequestURI, &r.Host, &row.header, &row.headerRaw, &r.RemoteAddr, &r.TLS, &r.Body,
-			&r.Route, &r.Namespace, &ttlMicros, &r.TraceParent, &row.d.Attempt, &row.d.AcceptedAt); err != nil {
+			&r.Route, &r.Namespace, &ttlMicros, &r.TraceParent, &row.d.Attempt, &row.d.AcceptedAt, &row.ordered); err != nil {
 			rows.Close()
 			return nil, err
 		}

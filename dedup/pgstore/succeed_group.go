@@ -12,7 +12,8 @@ import (
 
 // Completions of deliveries are group-committed (group.go): the Succeed
 // calls waiting at the same time go in one round trip (the order keys'
-// locks, then succeedManySQL) and one commit. A delivery the shared
+// locks, once this process has handed out an ordered event, then
+// succeedManySQL) and one commit. A delivery the shared
 // statement did not complete (no longer its holder's, or beside another
 // of its order key) and every delivery of a shared statement that failed
 // are completed alone, as before (settle): that path retries what failed
@@ -70,11 +71,22 @@ func (s *Store) commitSucceeds(calls []*succeedCall) {
 	defer cancel()
 	b := &pgx.Batch{}
 	args := succeedManyArgs(calls)
-	b.Queue(s.sql.lockOrdersOf, args[0])
+	// The order keys' locks are taken only by a process that has handed
+	// out an ordered event: a delivery is completed only with the token
+	// of the Take that handed it out, so before then none of these can be
+	// of one, and the locks' statement (a probe of each key, a statement
+	// of its own to run) would find nothing to lock.
+	locks := s.handedOrdered.Load()
+	if locks {
+		b.Queue(s.sql.lockOrdersOf, args[0])
+	}
 	b.Queue(s.sql.succeedMany, args...)
 	done := make(map[string]bool, len(calls))
 	br := s.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
+	var err error
+	if locks {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		var rows pgx.Rows
 		rows, err = br.Query()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/webhook-dedup/webhook-dedup/dedup"
 	"github.com/webhook-dedup/webhook-dedup/dedup/internal/codec"
 	"github.com/webhook-dedup/webhook-dedup/dedup/storetest"
@@ -82,6 +84,49 @@ func TestPostgresSucceedGroup(t *testing.T) {
 	}
 	if err := s.Succeed(ctx, held["lost"], storetest.Replayed, storetest.Keep); err != nil {
 		t.Errorf("Succeed by the holder = %v", err)
+	}
+}
+
+// TestPostgresSucceedGroupLocksOrderKey: once this process has handed out
+// an ordered event, the shared completion takes its order key's lock
+// before its statement (it waits while another transaction holds it, as
+// an ordered enqueue of that key does), so that the next of the key is
+// made due by a statement that sees every event of the key committed
+// before it. (A process that has handed out none leaves the locks out.)
+func TestPostgresSucceedGroupLocksOrderKey(t *testing.T) {
+	t.Parallel()
+	url := postgres.Get(t).NewDatabase(t)
+	s := openPostgres(t, nil, Config{URL: url})
+	ctx := context.Background()
+	enqueueKeyed(t, s, "customer", "head")
+	ds := storetest.Take(t, s, 10, storetest.Lease)
+	if len(ds) != 1 {
+		t.Fatalf("Take handed out %d deliveries, want the head", len(ds))
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, lockOrderKeySQL, "customer"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Succeed(ctx, ds[0], storetest.Replayed, storetest.Keep) }()
+	storetest.Eventually(t, "the completion waiting for the order key's lock", func() bool { return waitingFor(t, url, "advisory") != 0 })
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Succeed = %v", err)
+	}
+	if rec, err := s.Lookup(ctx, "head"); err != nil || rec.State != dedup.Completed {
+		t.Errorf("Lookup = %v, %v; want completed", rec.State, err)
 	}
 }
 
