@@ -217,9 +217,13 @@ func Open(cfg Config) (*Store, error) {
 // events not yet vacuumed on each Take (13.9 ms a Take, against 0.12 by an
 // index scan, which marks them dead as it passes). A statement with no
 // index to use (counting the queue for its stats) still scans. See
-// docs/performance.md, "A generic plan".
+// docs/performance.md, "A generic plan". JIT compilation is off: the
+// scan's penalty makes such a statement's estimate pass every JIT
+// threshold, and compiling it (inlined and optimized, on a core the proxy
+// shares) took longer than the statement's bound, on each run of it.
+// Each of the store's statements reads a few rows; none gains by it.
 const probeSettings = `SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off;
-SET enable_bitmapscan = off; SET enable_indexonlyscan = off`
+SET enable_bitmapscan = off; SET enable_indexonlyscan = off; SET jit = off`
 
 // probeSession applies probeSettings to conn, a new connection of the
 // pool.

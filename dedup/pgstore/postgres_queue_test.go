@@ -654,3 +654,27 @@ func TestPostgresDepthAcrossReplicas(t *testing.T) {
 		return err == nil
 	})
 }
+
+// TestPostgresStatementsNotCompiled: the store's statements are not JIT
+// compiled. A statement that scans a table (the stats' count of the
+// queue) is estimated past every JIT threshold by the scan's penalty
+// (probeSettings), and compiling it on each run, inlined and optimized,
+// took longer than its bound on a core shared with the proxy: the stats
+// read timed out. (Where the server is built without JIT, this passes
+// whatever the settings.)
+func TestPostgresStatementsNotCompiled(t *testing.T) {
+	t.Parallel()
+	s := openPostgres(t, nil, Config{})
+	enqueueOn(t, s, "a", 10)
+	ctx := context.Background()
+	var out []map[string]any
+	if err := s.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+s.sql.stats).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1 {
+		t.Fatalf("EXPLAIN answered %d plans", len(out))
+	}
+	if jit, ok := out[0]["JIT"]; ok {
+		t.Errorf("the stats statement was JIT compiled: %v", jit)
+	}
+}
