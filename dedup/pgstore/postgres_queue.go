@@ -256,12 +256,19 @@ WHERE q.failed_at IS NOT NULL AND q.key > $1 AND r.expires_at > now()
 ORDER BY q.key LIMIT $2`
 
 // statsSQL counts what waits (not what is being delivered), its oldest
-// age, and the live dead letters.
+// age, and the live dead letters. Only a dead letter's record is read,
+// by its key (a probe fenced as the shared statements' are, see group.go):
+// joined to every queue row, the records were read whole (a merge join
+// along their primary key, or a hash of all of them), on every read of
+// the depth, however few events were queued among the completed ones the
+// table keeps for their TTL.
 const statsSQL = `SELECT q.route,
 	count(*) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now())),
 	coalesce(extract(epoch FROM now() - min(q.accepted_at) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()))) * 1000000, 0)::bigint,
-	count(*) FILTER (WHERE q.failed_at IS NOT NULL AND r.expires_at > now())
-FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key
+	count(*) FILTER (WHERE dead.live)
+FROM %[1]squeue q LEFT JOIN LATERAL (
+	SELECT true AS live FROM %[1]srecords r
+	WHERE q.failed_at IS NOT NULL AND r.key = q.key AND (r.expires_at > now()) IS TRUE LIMIT 1) dead ON true
 GROUP BY q.route`
 
 // Enqueue claims key and stores req for delivery in one statement (one

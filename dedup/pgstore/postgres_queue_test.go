@@ -655,6 +655,44 @@ func TestPostgresDepthAcrossReplicas(t *testing.T) {
 	})
 }
 
+// TestPostgresStatsReadsOnlyDeadLetters: a read of the queue's stats reads
+// the record of each dead letter (whether it is live), and no other: the
+// completed records the table keeps for their TTL, however many, are not
+// read on every read of the depth (a join of the queue to the records
+// read all of them, along their primary key or into a hash).
+func TestPostgresStatsReadsOnlyDeadLetters(t *testing.T) {
+	t.Parallel()
+	s := openPostgres(t, nil, Config{})
+	ctx := context.Background()
+	const completed = 3000
+	// Completed records whose keys sort before and among the queued ones.
+	if _, err := s.pool.Exec(ctx, `INSERT INTO webhook_dedup_records (key, state, since, expires_at)
+		SELECT prefix || i, 2, now(), now() + interval '1 day' FROM generate_series(1, $1::int / 2) i, unnest(ARRAY['0/', 'a/0']) prefix`,
+		completed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE webhook_dedup_records`); err != nil {
+		t.Fatal(err)
+	}
+	enqueueOn(t, s, "a", 10)
+	d := storetest.TakeOne(t, s, storetest.Lease)
+	if err := s.Fail(ctx, d, 500, "gone", storetest.Keep); err != nil {
+		t.Fatal(err)
+	}
+	read, _, plan := explainRead(t, s, "webhook_dedup_records", s.sql.stats)
+	t.Logf("read %d records:\n%s", read, plan)
+	if read > 1 {
+		t.Errorf("a read of the stats read %d records, want the dead letter's alone; plan:\n%s", read, plan)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Depth != 9 || st.DeadLetters != 1 {
+		t.Errorf("Stats = depth %d, dead letters %d; want 9 and 1", st.Depth, st.DeadLetters)
+	}
+}
+
 // TestPostgresStatementsNotCompiled: the store's statements are not JIT
 // compiled. A statement that scans a table (the stats' count of the
 // queue) is estimated past every JIT threshold by the scan's penalty
