@@ -255,21 +255,30 @@ FROM %[1]squeue q JOIN %[1]srecords r ON r.key = q.key
 WHERE q.failed_at IS NOT NULL AND q.key > $1 AND r.expires_at > now()
 ORDER BY q.key LIMIT $2`
 
-// statsSQL counts what waits (not what is being delivered), its oldest
-// age, and the live dead letters. Only a dead letter's record is read,
-// by its key (a probe fenced as the shared statements' are, see group.go):
-// joined to every queue row, the records were read whole (a merge join
-// along their primary key, or a hash of all of them), on every read of
-// the depth, however few events were queued among the completed ones the
-// table keeps for their TTL.
+// statsSQL counts what waits (not what is being delivered) and its oldest
+// age, a row a route, then the live dead letters, a row a route. Each
+// part reads the queue by the partial index of its rows (failed_at IS
+// NULL, IS NOT NULL), never the table whole: every delivered event leaves
+// dead row versions behind until a vacuum, which autovacuum's default
+// pace gets to once a minute, and a scan of the table read all of them on
+// every read of the depth, once a second (40 ms of the shared core after
+// 12 s of intake, growing until the vacuum: docs/performance.md). An
+// index's entries of rows found dead are marked so (and the Takes walk
+// the lane index too), so that the next read steps over them. Only a dead
+// letter's record is read, by its key (a probe fenced as the shared
+// statements' are, see group.go): joined to every queue row, the records
+// were read whole, every completed one the table keeps for its TTL.
 const statsSQL = `SELECT q.route,
-	count(*) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now())),
-	coalesce(extract(epoch FROM now() - min(q.accepted_at) FILTER (WHERE q.failed_at IS NULL AND (q.lease_token IS NULL OR q.due_at <= now()))) * 1000000, 0)::bigint,
-	count(*) FILTER (WHERE dead.live)
+	count(*) FILTER (WHERE q.lease_token IS NULL OR q.due_at <= now()),
+	coalesce(extract(epoch FROM now() - min(q.accepted_at) FILTER (WHERE q.lease_token IS NULL OR q.due_at <= now())) * 1000000, 0)::bigint,
+	0
+FROM %[1]squeue q WHERE q.failed_at IS NULL GROUP BY q.route
+UNION ALL
+SELECT q.route, 0, 0, count(*) FILTER (WHERE dead.live)
 FROM %[1]squeue q LEFT JOIN LATERAL (
 	SELECT true AS live FROM %[1]srecords r
-	WHERE q.failed_at IS NOT NULL AND r.key = q.key AND (r.expires_at > now()) IS TRUE LIMIT 1) dead ON true
-GROUP BY q.route`
+	WHERE r.key = q.key AND (r.expires_at > now()) IS TRUE LIMIT 1) dead ON true
+WHERE q.failed_at IS NOT NULL GROUP BY q.route`
 
 // Enqueue claims key and stores req for delivery in one statement (one
 // commit), shared with the enqueues waiting at the same time unless req
@@ -647,7 +656,8 @@ func (s *Store) Stats(ctx context.Context) (dedup.QueueStats, error) {
 	if err != nil {
 		return dedup.QueueStats{}, fmt.Errorf("dedup: queue stats: %w", err)
 	}
-	// One row a route, in the one scan the whole queue's counts took.
+	// A route's waiting events and its dead letters come in rows of
+	// their own.
 	var route string
 	var depth, dead int
 	var oldest int64
