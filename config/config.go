@@ -72,7 +72,7 @@ type Config struct {
 	MaxBodyBytes    int64         `env:"MAX_BODY_BYTES" envDefault:"10485760" desc:"largest body read for ID extraction, signatures or fingerprints (413 beyond)"`
 	// MaxBufferedBytes is validated by completeBuffered; zero (unset) is
 	// derived from the memory limit when serving.
-	MaxBufferedBytes int64 `env:"MAX_BUFFERED_BYTES" desc:"most memory the bodies of all requests being read may take at once; beyond it, a request that must read its body gets 503 with Retry-After; at least MAX_BODY_BYTES; empty: a quarter of the container's memory limit (cgroup), or 256 MiB without one; unless GOMEMLIMIT is set, the Go runtime's soft memory limit is derived from it"`
+	MaxBufferedBytes int64 `env:"MAX_BUFFERED_BYTES" desc:"most memory the bodies of all requests being read, and of the async deliveries the workers hold, may take at once; beyond it, a request that must read its body gets 503 with Retry-After; at least MAX_BODY_BYTES; empty: a quarter of the container's memory limit (cgroup), or 256 MiB without one; unless GOMEMLIMIT is set, the Go runtime's soft memory limit is derived from it"`
 
 	OnStoreError policy.StoreErrorPolicy `env:"ON_STORE_ERROR" envDefault:"reject" desc:"store unreachable: reject (503) or forward (fail open)"`
 	OnMissingID  policy.MissingIDPolicy  `env:"ON_MISSING_ID" envDefault:"forward" desc:"no event ID on a dedup route: forward or reject (400)"`

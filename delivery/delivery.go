@@ -8,6 +8,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"sync"
@@ -111,6 +112,13 @@ type Config struct {
 	// spacing. A lane takes a delivery only shortly before its turn (a
 	// PollInterval and a spacing ahead): the rest stays queued.
 	Spacing map[string]time.Duration
+	// HeldBodies, when set, is the budget of the bodies held in memory
+	// (MAX_BUFFERED_BYTES, shared with the requests being read): each
+	// delivery held is charged its body, and a lane takes no more than
+	// the room left holds at MaxBody each (one, when it holds none).
+	HeldBodies BodyBudget
+	// MaxBody is the largest body a delivery may carry (MAX_BODY_BYTES).
+	MaxBody int64
 	// Concurrency is the most attempts at once in each lane, and how many
 	// more of its deliveries are taken ahead, waiting for an attempt to
 	// end (a worker goes on with the next at once). If zero, 16.
@@ -261,6 +269,7 @@ func New(cfg Config) *Workers {
 		forward:    newForwarder(cfg.Upstream, transport, completion, cfg.Logger),
 		tracer:     tracer,
 		stopped:    make(chan struct{}),
+		holding:    holding{bodies: cfg.HeldBodies},
 	}
 	w.attempts, w.abandon = context.WithCancel(context.Background())
 	add := func(from dedup.Lane, label string, spacing time.Duration) {
@@ -471,6 +480,23 @@ func (t *taker) reserve() int64 {
 	}
 }
 
+// bodiesFit is how many deliveries the budget of the bodies held has room
+// for, at the largest body each (math.MaxInt with no budget): one at
+// least when the lane holds none besides the reserved, so that each lane
+// goes on while others hold the budget (it then overshoots by at most
+// one body a lane).
+func (t *taker) bodiesFit(reserved int64) int {
+	w := t.w
+	if w.cfg.HeldBodies == nil || w.cfg.MaxBody <= 0 {
+		return math.MaxInt
+	}
+	fit := w.cfg.HeldBodies.Room() / w.cfg.MaxBody
+	if fit == 0 && t.held.Load() == reserved {
+		fit = 1
+	}
+	return int(min(fit, math.MaxInt32))
+}
+
 // run takes until ctx is done.
 func (t *taker) run(ctx context.Context) {
 	w, l := t.w, t.l
@@ -501,6 +527,14 @@ func (t *taker) run(ctx context.Context) {
 		// route held back by its rate or a pause stays queued, its
 		// attempts uncounted.
 		room, wait := l.pace.room(int(reserved))
+		if fit := t.bodiesFit(reserved); fit < room {
+			// The bodies held take the memory's budget: no more than
+			// fit, until attempts end or requests give room back.
+			room = fit
+			if room == 0 {
+				wait = w.cfg.PollInterval
+			}
+		}
 		free, probe := 0, false
 		if room > 0 {
 			free, probe, wait = l.breaker.allow(room, w.cfg.Now())

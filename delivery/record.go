@@ -53,9 +53,34 @@ func (h *held) use() dedup.Delivery {
 // recorded yet (a Redis restarting, a database failing over, a full disk).
 // While an event is held here it is never handed to the app again from
 // this process, and its lease is kept.
+//
+// The body of each delivery held is charged to bodies (when set) from
+// hold to release: the budget of the bodies in memory counts it.
 type holding struct {
-	mu    sync.Mutex
-	byKey map[string]*held
+	mu     sync.Mutex
+	byKey  map[string]*held
+	bodies BodyBudget
+}
+
+// BodyBudget is the budget of the bodies held in memory
+// (MAX_BUFFERED_BYTES): Room is what is left of it, Charge counts bytes
+// already in memory against it, whatever the room, and Release gives
+// them back.
+type BodyBudget interface {
+	Room() int64
+	Charge(n int64)
+	Release(n int64)
+}
+
+// charge counts n more bytes held (fewer, when negative).
+func (h *holding) charge(n int64) {
+	switch {
+	case h.bodies == nil || n == 0:
+	case n > 0:
+		h.bodies.Charge(n)
+	default:
+		h.bodies.Release(-n)
+	}
 }
 
 // hold notes that this process holds d, unless it holds d's event
@@ -69,12 +94,14 @@ func (h *holding) hold(d dedup.Delivery) *held {
 	}
 	if old, ok := h.byKey[d.Claim.Key]; ok {
 		old.mu.Lock()
+		h.charge(int64(len(d.Request.Body) - len(old.d.Request.Body)))
 		old.d = d
 		old.mu.Unlock()
 		return nil
 	}
 	nh := &held{d: d}
 	h.byKey[d.Claim.Key] = nh
+	h.charge(int64(len(d.Request.Body)))
 	return nh
 }
 
@@ -98,6 +125,7 @@ func (h *holding) release(hd *held) *held {
 		return hd
 	}
 	delete(h.byKey, hd.d.Claim.Key)
+	h.charge(-int64(len(hd.d.Request.Body)))
 	return nil
 }
 

@@ -113,3 +113,53 @@ func TestRetriedBeforeLetGo(t *testing.T) {
 		t.Errorf("the app got %d attempts, want 2", n)
 	}
 }
+
+// countingBudget is a BodyBudget of size bytes that counts what is charged.
+type countingBudget struct{ size, held int64 }
+
+func (b *countingBudget) Room() int64     { return max(b.size-b.held, 0) }
+func (b *countingBudget) Charge(n int64)  { b.held += n }
+func (b *countingBudget) Release(n int64) { b.held -= n }
+func delivered(key, tok string, body int) dedup.Delivery {
+	return dedup.Delivery{Claim: dedup.Claim{Key: key, Token: tok}, Request: dedup.Request{Body: make([]byte, body)}}
+}
+
+// TestHoldingChargesBodies: a delivery held is charged its body from hold
+// to release; one adopted (the event taken again while held) is charged
+// its new body instead of the old; and a lane takes only what the room
+// left holds at the largest body each, one when it holds none.
+func TestHoldingChargesBodies(t *testing.T) {
+	b := &countingBudget{size: 100}
+	var h holding
+	h.bodies = b
+	a := h.hold(delivered("a", "1", 30))
+	if h.hold(delivered("b", "1", 20)) == nil || b.held != 50 {
+		t.Fatalf("two held: %d bytes charged, want 50", b.held)
+	}
+	if h.hold(delivered("a", "2", 40)) != nil || b.held != 60 {
+		t.Fatalf("a adopted with a body of 40: %d bytes charged, want 60", b.held)
+	}
+	a.use()
+	if h.release(a) != nil || b.held != 20 {
+		t.Fatalf("a released: %d bytes charged, want 20", b.held)
+	}
+
+	w := &Workers{cfg: Config{HeldBodies: b, MaxBody: 30}}
+	var held atomic.Int64
+	tk := &taker{w: w, held: &held}
+	for _, tc := range []struct {
+		charged, laneHeld, reserved int64
+		want                        int
+	}{
+		{charged: 0, reserved: 8, want: 3},
+		{charged: 20, reserved: 8, want: 2},
+		{charged: 80, reserved: 8, want: 1},              // the lane holds none: one
+		{charged: 80, laneHeld: 2, reserved: 8, want: 0}, // it holds some: it waits
+	} {
+		b.held = tc.charged
+		held.Store(tc.laneHeld + tc.reserved)
+		if got := tk.bodiesFit(tc.reserved); got != tc.want {
+			t.Errorf("%d of %d bytes charged, the lane holding %d: %d fit, want %d", tc.charged, b.size, tc.laneHeld, got, tc.want)
+		}
+	}
+}

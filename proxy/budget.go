@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -10,14 +11,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// bodyBudget bounds the request-body bytes all requests hold at once
+// BodyBudget bounds the request-body bytes all requests hold at once
 // (MAX_BUFFERED_BYTES): every buffer a body is read into is charged for its
-// capacity while a request holds it. Without it, a few hundred connections
+// capacity while a request holds it, and so is the body of every async
+// delivery the workers hold (Charge). Without it, a few hundred connections
 // that each declare a large body take the process past its memory limit.
-type bodyBudget struct {
+type BodyBudget struct {
 	max  int64 // the bound; zero: none
 	held atomic.Int64
 	m    *budgetMetrics
+}
+
+// NewBodyBudget is a budget of limit bytes (MAX_BUFFERED_BYTES; zero: no
+// bound), shown in m's metrics. One budget serves the proxy (Config.Bodies)
+// and async delivery, which charges it the bodies it holds.
+func NewBodyBudget(limit int64, m *Metrics) *BodyBudget {
+	m.budget.max.Set(float64(limit))
+	return &BodyBudget{max: limit, m: m.budget}
 }
 
 // errOverBudget means a body would take the bytes held past the budget.
@@ -25,11 +35,11 @@ var errOverBudget = errors.New("proxy: request bodies held at once would exceed 
 
 // full reports whether nothing is left: a request that must read its body
 // is refused before a byte of it is read.
-func (b *bodyBudget) full() bool { return b.max > 0 && b.held.Load() >= b.max }
+func (b *BodyBudget) full() bool { return b.max > 0 && b.held.Load() >= b.max }
 
 // take charges n bytes, or reports false (charging nothing) when they would
 // take the bytes held past the budget.
-func (b *bodyBudget) take(n int64) bool {
+func (b *BodyBudget) take(n int64) bool {
 	for {
 		held := b.held.Load()
 		if b.max > 0 && held+n > b.max {
@@ -43,13 +53,32 @@ func (b *bodyBudget) take(n int64) bool {
 }
 
 // give returns n bytes taken before.
-func (b *bodyBudget) give(n int64) {
+func (b *BodyBudget) give(n int64) {
 	if n == 0 {
 		return
 	}
 	b.held.Add(-n)
 	b.m.held.Sub(float64(n))
 }
+
+// Room is how many bytes are left, or math.MaxInt64 with no bound: async
+// delivery asks before it takes deliveries, whose bodies it then holds.
+func (b *BodyBudget) Room() int64 {
+	if b.max == 0 {
+		return math.MaxInt64
+	}
+	return max(b.max-b.held.Load(), 0)
+}
+
+// Charge charges n bytes already in memory, whatever the room (an async
+// delivery's body, once taken): the budget counts it until Release.
+func (b *BodyBudget) Charge(n int64) {
+	b.held.Add(n)
+	b.m.held.Add(float64(n))
+}
+
+// Release gives back n bytes charged before.
+func (b *BodyBudget) Release(n int64) { b.give(n) }
 
 // budgetMetrics show how close the budget runs to its bound, and what it refused.
 type budgetMetrics struct {
@@ -62,7 +91,7 @@ func newBudgetMetrics(reg prometheus.Registerer) *budgetMetrics {
 	m := &budgetMetrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_dedup_body_bytes_held",
-			Help: "Bytes of memory the request bodies being read or held take now (their buffers' capacity), on routes that read the body.",
+			Help: "Bytes of memory the request bodies being read or held take now (their buffers' capacity), on routes that read the body, and the bodies of the async deliveries the workers hold.",
 		}),
 		max: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "webhook_dedup_body_bytes_max",

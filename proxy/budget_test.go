@@ -22,7 +22,8 @@ func budgetHandler(t *testing.T, maxBody, maxBuffered int64) *Handler {
 	u, _ := url.Parse("http://127.0.0.1:1")
 	st := memstore.New()
 	t.Cleanup(func() { st.Close() })
-	h, err := New(Config{Upstream: u, Store: st, Metrics: NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: maxBody, MaxBuffered: maxBuffered})
+	m := NewMetrics(prometheus.NewRegistry())
+	h, err := New(Config{Upstream: u, Store: st, Metrics: m, MaxBodyBytes: maxBody, Bodies: NewBodyBudget(maxBuffered, m)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,10 +80,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxBodyBytes bounds a body the proxy must hold. If zero, 10 MiB.
 	MaxBodyBytes int64
-	// MaxBuffered bounds the memory, in bytes, the bodies of all requests take
-	// at once on routes that read them; beyond it such a request is
-	// answered 503 with Retry-After. If zero, no bound.
-	MaxBuffered int64
+	// Bodies bounds the memory the bodies of all requests take at once on
+	// routes that read them (NewBodyBudget, MAX_BUFFERED_BYTES); beyond it
+	// such a request is answered 503 with Retry-After. Async delivery
+	// charges the bodies it holds to the same budget. If nil, no bound.
+	Bodies *BodyBudget
 	// OnStoreError is what a webhook gets while the store is unreachable.
 	// If zero, RejectOnStoreError.
 	OnStoreError policy.StoreErrorPolicy
@@ -145,7 +146,7 @@ type Handler struct {
 	pool       bufferPool
 	// bodies are the buffers of the bodies read, charged to budget.
 	bodies bodyPool
-	budget bodyBudget
+	budget *BodyBudget
 	// copyBuffers relay the upstream's answers; without them
 	// ReverseProxy allocates 32 KiB per request.
 	copyBuffers upstream.BufferPool
@@ -228,8 +229,10 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Enqueues == nil {
 		h.cfg.Enqueues = unbounded{}
 	}
-	h.budget.max, h.budget.m = cfg.MaxBuffered, cfg.Metrics.budget
-	h.budget.m.max.Set(float64(cfg.MaxBuffered))
+	h.budget = cfg.Bodies
+	if h.budget == nil {
+		h.budget = NewBodyBudget(0, cfg.Metrics)
+	}
 	h.abandon, h.stop = context.WithCancel(context.Background())
 	if cfg.TracerProvider != nil {
 		if cfg.Propagator == nil {

@@ -100,6 +100,17 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get("X-Test-Answer-Early"); id != "" {
 		// An app that acts on headers alone and answers without reading
 		// the body; its server drains the body after the handler returns.
+		// Held (Hold), it answers once let go.
+		u.mu.Lock()
+		hold := u.hold
+		u.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		k := key(acme, id)
 		u.mu.Lock()
 		u.attempts[k]++

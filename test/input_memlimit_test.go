@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -186,14 +187,7 @@ func (tc bodyBurst) run(t *testing.T, px *proxy) []bodyOutcome {
 	var wg sync.WaitGroup
 	for i := range outcomes {
 		id := fmt.Sprintf("obj_mem_%03d", i)
-		req, err := jsonPath.request(ctx, px.Addr, event{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The app answers on the headers alone and drains the body: what
-		// is measured is the proxy, not the app's parsing 9 MiB of JSON
-		// (slow under -race). The proxy reads the body for its ID.
-		req.Header.Set("X-Test-Answer-Early", id)
+		req := answeredEarly(t, ctx, px.Addr, id)
 		head := rawHead(req, tc.size)
 		if tc.chunked {
 			req.Header.Set("Transfer-Encoding", "chunked")
@@ -203,6 +197,21 @@ func (tc bodyBurst) run(t *testing.T, px *proxy) []bodyOutcome {
 	}
 	wg.Wait()
 	return outcomes
+}
+
+// answeredEarly is the request of the JSON route's event id, which the
+// app answers on its headers alone (once let go, when held), draining the
+// body: what is measured is the proxy, not the app's parsing 9 MiB of
+// JSON (slow under -race). The proxy reads the body for its ID. The app
+// counts the event as key(acme, id).
+func answeredEarly(t *testing.T, ctx context.Context, addr, id string) *http.Request {
+	t.Helper()
+	req, err := jsonPath.request(ctx, addr, event{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Test-Answer-Early", id)
+	return req
 }
 
 // send sends one request while reading its answer, and stops sending once
@@ -277,4 +286,80 @@ func (tc bodyBurst) write(w io.Writer, head string, body *burstBody, id string, 
 	}
 	<-answered
 	return nil
+}
+
+// TestAsyncDeliveryMemoryBounded: the bodies of the async deliveries the
+// workers hold count against MAX_BUFFERED_BYTES, as the bodies being
+// read do, so that with large bodies and an app that does not answer the
+// process stays within rssGoal, with no GOMEMLIMIT. Each async route holds
+// up to 2 × DELIVERY_CONCURRENCY deliveries (those attempted and as many
+// taken ahead): before they were charged, 30 events of 9 MiB sent one
+// after another took the process past 300 MiB. Every event is answered
+// 202 (queued) or 503 too-large with Retry-After (the budget held by the
+// deliveries), and every event answered 202 reaches the app once it
+// answers.
+func TestAsyncDeliveryMemoryBounded(t *testing.T) {
+	t.Parallel()
+	const events, size = 30, 9 << 20
+	app := newUpstream(t)
+	release := app.Hold()
+	defer release()
+	bin, err := memoryBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxyBinary(t, bin, asyncEnv(app.URL, map[string]string{
+		"REDIS_URL":          redistest.New(t).URL(),
+		"KEY_PREFIX":         "e2e-asyncmem:",
+		"MAX_BUFFERED_BYTES": strconv.Itoa(burstBudget),
+	}))
+	for _, kv := range px.cmd.Env {
+		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
+			t.Fatalf("the process runs with %s: this test is about the process without it", kv)
+		}
+	}
+	ctx := testContext(t)
+	body := newBurstBody(size)
+	tc := bodyBurst{size: size}
+	var queued []string
+	refused := 0
+	for i := range events {
+		id := fmt.Sprintf("obj_asyncmem_%03d", i)
+		o := tc.send(ctx, px.Addr, rawHead(answeredEarly(t, ctx, px.Addr, id), size), body, id)
+		switch {
+		case o.err == nil && o.a.Status == 202 && o.a.Dedup() == "queued":
+			queued = append(queued, key(acme, id))
+		case o.err == nil && o.a.Status == 503 && o.a.Dedup() == "too-large":
+			if secs, err := o.a.retryAfter(); err != nil || secs < 1 {
+				t.Errorf("event %d: 503 with Retry-After %d, %v; want whole seconds", i, secs, err)
+			}
+			refused++
+		default:
+			t.Fatalf("event %d: %v, %v; want 202 queued or 503 too-large", i, o.a, o.err)
+		}
+	}
+	hwm := px.procBytes(t, "VmHWM")
+	t.Logf("%d queued, %d refused (503); VmHWM %d MiB", len(queued), refused, hwm>>20)
+	if hwm > rssGoal {
+		t.Errorf("peak resident memory (VmHWM) %d MiB; want at most %d MiB", hwm>>20, rssGoal>>20)
+	}
+	if len(queued) == 0 {
+		t.Fatal("no event was queued")
+	}
+	// The budget counts the bodies held: at most MAX_BUFFERED_BYTES, and
+	// one body more for the lane (docs/security.md).
+	const heldBytes = "webhook_dedup_body_bytes_held"
+	if held := sample(px.metrics(t), heldBytes, nil); held == 0 || held > burstBudget+size {
+		t.Errorf("%s = %v with the app holding its deliveries; want more than 0, at most %d", heldBytes, held, burstBudget+size)
+	}
+	release()
+	awaitEffects(t, app, queued, 60*time.Second)
+	// Delivered, the bodies are given back.
+	await(t, px.bounds().observed(), func() error {
+		if held := sample(px.metrics(t), heldBytes, nil); held != 0 {
+			return fmt.Errorf("%s = %v once every event was delivered; want 0", heldBytes, held)
+		}
+		return nil
+	})
+	expectNoPanic(t, px)
 }

@@ -27,7 +27,7 @@ func TestAsyncDeliveryLogsDurations(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	core, logs := observer.New(zap.InfoLevel)
-	if q, _, _ := asyncDelivery(context.Background(), cfg, st.Backend(), nil, prometheus.NewRegistry(), zap.New(core), nil, nil); q == nil {
+	if q, _, _ := asyncDelivery(context.Background(), cfg, st.Backend(), nil, prometheus.NewRegistry(), zap.New(core), nil, nil, nil); q == nil {
 		t.Fatal("no async delivery for DELIVERY=async")
 	}
 	lines := logs.FilterMessage("async delivery").All()

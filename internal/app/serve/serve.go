@@ -102,7 +102,11 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 	// intake (SPEC, Backpressure: accepting webhooks never starves the
 	// workers; docs/delivery.md, "Intake and delivery share the machine").
 	enqueues := intake.New(cfg.DeliveryConcurrency, 4*cfg.DeliveryConcurrency)
-	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp, enqueues.Delivered)
+	// One budget for every body held in memory: the requests' being read,
+	// and the async deliveries' the workers hold.
+	proxyMetrics := proxy.NewMetrics(reg)
+	bodies := proxy.NewBodyBudget(mem.Buffered, proxyMetrics)
+	queue, workers, backlog := asyncDelivery(ctx, cfg, backend, routes, reg, log, tp, enqueues.Delivered, bodies)
 	var enqueued func(string) // nil: proxy.New makes it a no-op
 	if workers != nil {
 		enqueued = workers.NudgeRoute
@@ -120,7 +124,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		LeaseTTL:        cfg.LeaseTTL,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
-		MaxBuffered:     mem.Buffered,
+		Bodies:          bodies,
 		OnStoreError:    cfg.OnStoreError,
 		OnMissingID:     cfg.OnMissingID,
 		BodyFingerprint: cfg.DedupBodyFingerprint,
@@ -131,7 +135,7 @@ func Run(ctx context.Context, environ map[string]string, stderr io.Writer, build
 		ShadowMode:      cfg.ShadowMode,
 		TracerProvider:  tp,
 		Logger:          log,
-		Metrics:         proxy.NewMetrics(reg),
+		Metrics:         proxyMetrics,
 	})
 	if err != nil {
 		return err
@@ -333,8 +337,9 @@ func describeRoutes(cfg *config.Config, routes []proxy.Route) []string {
 // that async routes queued (a route rolled back from async to sync): they
 // were answered 202, so they are delivered, never stranded. Otherwise it
 // returns nils. The Backlog keeps the queue's stats, for /metrics (and
-// PostgreSQL's reckoning of the depth); it is to be run.
-func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider, attempted func()) (dedup.Queue, *delivery.Workers, *delivery.Backlog) {
+// PostgreSQL's reckoning of the depth); it is to be run. The workers
+// charge the bodies they hold to bodies.
+func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backend, routes []proxy.Route, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider, attempted func(), bodies delivery.BodyBudget) (dedup.Queue, *delivery.Workers, *delivery.Backlog) {
 	// stores.Check lets async routes through only on a store that keeps a
 	// queue.
 	if backend.Queue == nil || (!cfg.AsyncRoutes() && !stillQueued(ctx, cfg, backend.Queue, log)) {
@@ -360,6 +365,8 @@ func asyncDelivery(ctx context.Context, cfg *config.Config, backend dedup.Backen
 		Routes:          cfg.AsyncPaths(),
 		Spacing:         spacing(cfg.RouteSpecs),
 		Concurrency:     cfg.DeliveryConcurrency,
+		HeldBodies:      bodies,
+		MaxBody:         cfg.MaxBodyBytes,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		StoreTimeout:    cfg.StoreTimeout,
 		Lease:           cfg.LeaseTTL,
