@@ -494,7 +494,7 @@ func (t *taker) bodiesFit(reserved int64) int {
 	if fit == 0 && t.held.Load() == reserved {
 		fit = 1
 	}
-	return int(min(fit, math.MaxInt32))
+	return int(min(fit, math.MaxInt))
 }
 
 // run takes until ctx is done.

@@ -63,23 +63,18 @@ type holding struct {
 }
 
 // BodyBudget is the budget of the bodies held in memory
-// (MAX_BUFFERED_BYTES): Room is what is left of it, Charge counts bytes
-// already in memory against it, whatever the room, and Release gives
-// them back.
+// (MAX_BUFFERED_BYTES): Room is what is left of it, and Charge counts n
+// bytes already in memory against it, whatever the room (gives -n back,
+// when negative).
 type BodyBudget interface {
 	Room() int64
 	Charge(n int64)
-	Release(n int64)
 }
 
 // charge counts n more bytes held (fewer, when negative).
 func (h *holding) charge(n int64) {
-	switch {
-	case h.bodies == nil || n == 0:
-	case n > 0:
+	if h.bodies != nil && n != 0 {
 		h.bodies.Charge(n)
-	default:
-		h.bodies.Release(-n)
 	}
 }
 

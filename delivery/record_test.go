@@ -117,9 +117,8 @@ func TestRetriedBeforeLetGo(t *testing.T) {
 // countingBudget is a BodyBudget of size bytes that counts what is charged.
 type countingBudget struct{ size, held int64 }
 
-func (b *countingBudget) Room() int64     { return max(b.size-b.held, 0) }
-func (b *countingBudget) Charge(n int64)  { b.held += n }
-func (b *countingBudget) Release(n int64) { b.held -= n }
+func (b *countingBudget) Room() int64    { return max(b.size-b.held, 0) }
+func (b *countingBudget) Charge(n int64) { b.held += n }
 func delivered(key, tok string, body int) dedup.Delivery {
 	return dedup.Delivery{Claim: dedup.Claim{Key: key, Token: tok}, Request: dedup.Request{Body: make([]byte, body)}}
 }

@@ -54,11 +54,9 @@ func (b *BodyBudget) take(n int64) bool {
 
 // give returns n bytes taken before.
 func (b *BodyBudget) give(n int64) {
-	if n == 0 {
-		return
+	if n != 0 {
+		b.Charge(-n)
 	}
-	b.held.Add(-n)
-	b.m.held.Sub(float64(n))
 }
 
 // Room is how many bytes are left, or math.MaxInt64 with no bound: async
@@ -71,14 +69,11 @@ func (b *BodyBudget) Room() int64 {
 }
 
 // Charge charges n bytes already in memory, whatever the room (an async
-// delivery's body, once taken): the budget counts it until Release.
+// delivery's body, once taken), or gives back -n charged before.
 func (b *BodyBudget) Charge(n int64) {
 	b.held.Add(n)
 	b.m.held.Add(float64(n))
 }
-
-// Release gives back n bytes charged before.
-func (b *BodyBudget) Release(n int64) { b.give(n) }
 
 // budgetMetrics show how close the budget runs to its bound, and what it refused.
 type budgetMetrics struct {
