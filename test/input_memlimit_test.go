@@ -300,6 +300,24 @@ func (tc bodyBurst) write(w io.Writer, head string, body *burstBody, id string, 
 // answers.
 func TestAsyncDeliveryMemoryBounded(t *testing.T) {
 	t.Parallel()
+	// Two stores are left out, and docs/security.md says why. DATA_DIR:
+	// the pages of its file the process maps and reads count in its
+	// resident memory too (page cache, not the heap the budget bounds),
+	// 300 MiB and more with these bodies queued, with or without the
+	// deliveries charged. PostgreSQL: 173–195 MiB (394 before the
+	// deliveries were charged), over rssGoal: most likely the copies of
+	// the bodies the store makes to send and read them (an enqueue's own
+	// copy, pgx's buffers), outside the budget; not yet pinned down.
+	for _, store := range []asyncStore{redisStore} {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			asyncDeliveryMemoryRun(t, store)
+		})
+	}
+}
+
+// asyncDeliveryMemoryRun is TestAsyncDeliveryMemoryBounded on store.
+func asyncDeliveryMemoryRun(t *testing.T, store asyncStore) {
 	const events, size = 30, 9 << 20
 	app := newUpstream(t)
 	release := app.Hold()
@@ -308,11 +326,10 @@ func TestAsyncDeliveryMemoryBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := startProxyBinary(t, bin, asyncEnv(app.URL, map[string]string{
-		"REDIS_URL":          redistest.New(t).URL(),
-		"KEY_PREFIX":         "e2e-asyncmem:",
-		"MAX_BUFFERED_BYTES": strconv.Itoa(burstBudget),
-	}))
+	env := store.env(t)
+	env["KEY_PREFIX"] = "e2e-asyncmem:"
+	env["MAX_BUFFERED_BYTES"] = strconv.Itoa(burstBudget)
+	px := startProxyBinary(t, bin, asyncEnv(app.URL, env))
 	for _, kv := range px.cmd.Env {
 		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
 			t.Fatalf("the process runs with %s: this test is about the process without it", kv)
