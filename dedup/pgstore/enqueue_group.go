@@ -131,26 +131,30 @@ func (s *Store) runEnqueues(ctx context.Context, calls []*enqueueCall, notify bo
 	if notify {
 		channel = &s.sql.notify
 	}
-	rows, err := s.pool.Query(ctx, s.sql.enqueueMany, enqueueManyArgs(calls, channel, s.announcer)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+	args := enqueueManyArgs(calls, channel, s.announcer)
 	answers := make(map[string]enqueueAnswer, len(calls))
-	for rows.Next() {
-		var key string
-		var won bool
-		var rec pgRecord
-		if err := rows.Scan(append([]any{&key, &won}, rec.targets()...)...); err != nil {
-			return nil, err
+	err := s.sending(ctx, args, func(q querier) error {
+		rows, err := q.Query(ctx, s.sql.enqueueMany, args...)
+		if err != nil {
+			return err
 		}
-		if won {
-			answers[key] = enqueueAnswer{won: true}
-		} else {
-			answers[key] = enqueueAnswer{rec: rec.record()}
+		defer rows.Close()
+		for rows.Next() {
+			var key string
+			var won bool
+			var rec pgRecord
+			if err := rows.Scan(append([]any{&key, &won}, rec.targets()...)...); err != nil {
+				return err
+			}
+			if won {
+				answers[key] = enqueueAnswer{won: true}
+			} else {
+				answers[key] = enqueueAnswer{rec: rec.record()}
+			}
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, err
 	}
 	return answers, nil

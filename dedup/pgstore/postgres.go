@@ -288,7 +288,7 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
 	tok := codec.NewToken()
-	won, rec, err := s.claimOnce(ctx, "", nil, s.sql.claim, key, tok[:], micros(lease))
+	won, rec, err := s.claimOnce(ctx, s.pool, "", nil, s.sql.claim, key, tok[:], micros(lease))
 	if err != nil {
 		return dedup.Claim{}, dedup.Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
@@ -301,11 +301,11 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 // claimOnce runs a claiming statement (a claim or an enqueue), after lock
 // (see queryRow), until it answers with a row: won, or the record in the
 // way.
-func (s *Store) claimOnce(ctx context.Context, lock string, lockArg any, sql string, args ...any) (bool, dedup.Record, error) {
+func (s *Store) claimOnce(ctx context.Context, q querier, lock string, lockArg any, sql string, args ...any) (bool, dedup.Record, error) {
 	for range claimAttempts {
 		var won bool
 		var rec pgRecord
-		err := s.queryRow(ctx, lock, lockArg, sql, args, append([]any{&won}, rec.targets()...)...)
+		err := s.queryRow(ctx, q, lock, lockArg, sql, args, append([]any{&won}, rec.targets()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
@@ -330,11 +330,11 @@ var errNoAnswer = fmt.Errorf("no answer after %d attempts: the key changes hands
 // until sql commits and taken before sql's snapshot. Both go in one round
 // trip: a batch runs as one implicit transaction, each statement with a
 // snapshot of its own.
-func (s *Store) queryRow(ctx context.Context, lock string, lockArg any, sql string, args []any, dest ...any) error {
+func (s *Store) queryRow(ctx context.Context, q querier, lock string, lockArg any, sql string, args []any, dest ...any) error {
 	if lock == "" {
-		return s.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+		return q.QueryRow(ctx, sql, args...).Scan(dest...)
 	}
-	br := s.pool.SendBatch(ctx, lockThen(lock, lockArg, sql, args))
+	br := q.SendBatch(ctx, lockThen(lock, lockArg, sql, args))
 	_, err := br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(dest...)
@@ -346,11 +346,11 @@ func (s *Store) queryRow(ctx context.Context, lock string, lockArg any, sql stri
 }
 
 // exec runs sql as queryRow does, for its command tag.
-func (s *Store) exec(ctx context.Context, lock string, lockArg any, sql string, args ...any) (pgconn.CommandTag, error) {
+func (s *Store) exec(ctx context.Context, q querier, lock string, lockArg any, sql string, args ...any) (pgconn.CommandTag, error) {
 	if lock == "" {
-		return s.pool.Exec(ctx, sql, args...)
+		return q.Exec(ctx, sql, args...)
 	}
-	br := s.pool.SendBatch(ctx, lockThen(lock, lockArg, sql, args))
+	br := q.SendBatch(ctx, lockThen(lock, lockArg, sql, args))
 	_, err := br.Exec()
 	var tag pgconn.CommandTag
 	if err == nil {
@@ -401,14 +401,16 @@ func (s *Store) owned(ctx context.Context, op, key, token, lock, sql string, arg
 	err = storeop.Retry(ctx, pgTransient, func(ctx context.Context) error {
 		ctx, cancel := s.bound(ctx)
 		defer cancel()
-		tag, err := s.exec(ctx, lock, key, sql, args...)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return dedup.ErrNotOwner
-		}
-		return nil
+		return s.sending(ctx, args, func(q querier) error {
+			tag, err := s.exec(ctx, q, lock, key, sql, args...)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return dedup.ErrNotOwner
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("dedup: %s %s: %w", op, key, err)
@@ -489,7 +491,7 @@ func (s *Store) Forget(ctx context.Context, key string) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var live bool
-	err := s.queryRow(ctx, s.sql.lockOrderOf, key, s.sql.forget, []any{key}, &live)
+	err := s.queryRow(ctx, s.pool, s.sql.lockOrderOf, key, s.sql.forget, []any{key}, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

@@ -164,7 +164,7 @@ type statements struct {
 	claim, complete, release, lookup, forget, ping, prune string
 	enqueue, enqueueMany, succeed, succeeded, retry, fail string
 	requeue, succeedMany, lockOrdersOf                    string
-	takeRoute, takeRest, extend                           string
+	takeRoute, takeRest, takeBody, extend                 string
 	deadLetters, stats, notify                            string
 	lockOrderKey, lockOrderOf                             string
 	events                                                [4]string // by dedup.State - Completed (eventsSQL)
@@ -262,6 +262,7 @@ WHERE r.key = $1 AND r.expires_at > now()`),
 		enqueueMany:  f(enqueueManySQL),
 		takeRoute:    f(takeRouteSQL),
 		takeRest:     f(takeRestSQL),
+		takeBody:     f(takeBodySQL),
 		extend:       f(extendSQL),
 		succeed:      f(succeedSQL),
 		succeedMany:  f(succeedManySQL),

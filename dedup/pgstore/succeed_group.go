@@ -82,25 +82,28 @@ func (s *Store) commitSucceeds(calls []*succeedCall) {
 	}
 	b.Queue(s.sql.succeedMany, args...)
 	done := make(map[string]bool, len(calls))
-	br := s.pool.SendBatch(ctx, b)
-	var err error
-	if locks {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		var rows pgx.Rows
-		rows, err = br.Query()
-		if err == nil {
-			var key string
-			_, err = pgx.ForEachRow(rows, []any{&key}, func() error {
-				done[key] = true
-				return nil
-			})
+	err := s.sending(ctx, args, func(q querier) error {
+		br := q.SendBatch(ctx, b)
+		var err error
+		if locks {
+			_, err = br.Exec()
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+		if err == nil {
+			var rows pgx.Rows
+			rows, err = br.Query()
+			if err == nil {
+				var key string
+				_, err = pgx.ForEachRow(rows, []any{&key}, func() error {
+					done[key] = true
+					return nil
+				})
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
 	for _, c := range calls {
 		c.done <- err == nil && done[c.key]
 	}
