@@ -350,6 +350,43 @@ func TestAsyncEnqueueConcurrency(t *testing.T) {
 	}
 }
 
+// TestAsyncLargeBodiesOneAtATime: webhooks with a body of 1 MiB or more
+// are queued one at a time, a small one beside them; the others wait
+// their turn, counted in webhook_dedup_large_bodies_waiting, and each is
+// then queued.
+func TestAsyncLargeBodiesOneAtATime(t *testing.T) {
+	q := &heldEnqueues{queueStore: newQueueStore(t), release: make(chan struct{})}
+	f := newFixture(t, "/hooks=header:X-Id;async", proxy.Config{Store: q, Queue: q, Enqueues: intake.New(8, 8)})
+	release := sync.OnceFunc(func() { close(q.release) })
+	defer release() // on failure too: the fixture's server waits for its handlers
+	const waiting = "webhook_dedup_large_bodies_waiting"
+	large := strings.Repeat("x", 1<<20)
+	var answers []<-chan *http.Response
+	for i := range 3 {
+		answers = append(answers, f.postAsync(t, "/hooks", map[string]string{"X-Id": fmt.Sprint("large", i)}, large))
+	}
+	answers = append(answers, f.postAsync(t, "/hooks", map[string]string{"X-Id": "small"}, "{}"))
+	deadline := time.Now().Add(loadMargin)
+	for q.inside.Load() != 2 || f.gauge(t, waiting) != 2 {
+		if n := q.inside.Load(); n > 2 {
+			t.Fatalf("%d enqueues under way at once; want one large and the small one", n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d enqueues under way and %s = %v; want 2 and 2", q.inside.Load(), waiting, f.gauge(t, waiting))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	release()
+	for i, ch := range answers {
+		if resp := <-ch; resp.StatusCode != http.StatusAccepted {
+			t.Errorf("webhook %d: %d, want 202", i, resp.StatusCode)
+		}
+	}
+	if n := f.gauge(t, waiting); n != 0 {
+		t.Errorf("%s = %v once every webhook was queued; want 0", waiting, n)
+	}
+}
+
 // TestOrderKeyMissing: on a route with order=, a webhook whose order key
 // is absent, empty or not a valid one is still queued (202), unordered
 // (due at once beside another without a key), and counted in

@@ -80,6 +80,9 @@ type budgetMetrics struct {
 	held    prometheus.Gauge
 	max     prometheus.Gauge
 	refused prometheus.Counter
+	// largeWaiting counts the large bodies waiting for their turn to be
+	// queued (largeBody).
+	largeWaiting prometheus.Gauge
 }
 
 func newBudgetMetrics(reg prometheus.Registerer) *budgetMetrics {
@@ -96,8 +99,12 @@ func newBudgetMetrics(reg prometheus.Registerer) *budgetMetrics {
 			Name: "webhook_dedup_body_budget_refused_total",
 			Help: "Requests answered 503 (X-Webhook-Dedup: too-large, with Retry-After) because the bodies held at once would have exceeded MAX_BUFFERED_BYTES.",
 		}),
+		largeWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "webhook_dedup_large_bodies_waiting",
+			Help: "Webhooks of async routes with a body of 1 MiB or more waiting for their turn to be queued: such bodies go to the store one at a time, so that the store's copies of them stay out of the memory MAX_BUFFERED_BYTES leaves.",
+		}),
 	}
-	reg.MustRegister(m.held, m.max, m.refused)
+	reg.MustRegister(m.held, m.max, m.refused, m.largeWaiting)
 	return m
 }
 

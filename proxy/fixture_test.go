@@ -179,6 +179,21 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value stri
 	return sum
 }
 
+// gauge is the value of the unlabelled gauge name; 0 when there is none.
+func (f *fixture) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range families {
+		if fam.GetName() == name && len(fam.GetMetric()) == 1 {
+			return fam.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
 // loadMargin is what every wait in these tests allows beyond the timeouts
 // the test itself configures: the time a loaded 2-core machine (the suite
 // under the race detector, beside other work) may add to scheduling the

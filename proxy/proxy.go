@@ -160,6 +160,8 @@ type Handler struct {
 	// is queued again, so that the log says when each spell begins and
 	// ends, not each refusal.
 	refusing atomic.Bool
+	// largeTurn is held by the enqueue of a large body (accept).
+	largeTurn chan struct{}
 }
 
 // ErrConfig is returned by New for a Config it cannot run with.
@@ -223,8 +225,9 @@ func New(cfg Config) (*Handler, error) {
 			ReplayMaxBytes:  cfg.ReplayMaxBytes,
 			BodyFingerprint: cfg.BodyFingerprint,
 		},
-		log: cfg.Logger,
-		m:   cfg.Metrics,
+		log:       cfg.Logger,
+		m:         cfg.Metrics,
+		largeTurn: make(chan struct{}, 1),
 	}
 	if cfg.Enqueues == nil {
 		h.cfg.Enqueues = unbounded{}
