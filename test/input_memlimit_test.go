@@ -187,7 +187,7 @@ func (tc bodyBurst) run(t *testing.T, px *proxy) []bodyOutcome {
 	var wg sync.WaitGroup
 	for i := range outcomes {
 		id := fmt.Sprintf("obj_mem_%03d", i)
-		req := answeredEarly(t, ctx, px.Addr, id)
+		req := answeredEarly(t, ctx, jsonPath, px.Addr, id)
 		head := rawHead(req, tc.size)
 		if tc.chunked {
 			req.Header.Set("Transfer-Encoding", "chunked")
@@ -199,14 +199,14 @@ func (tc bodyBurst) run(t *testing.T, px *proxy) []bodyOutcome {
 	return outcomes
 }
 
-// answeredEarly is the request of the JSON route's event id, which the
-// app answers on its headers alone (once let go, when held), draining the
+// answeredEarly is the request of the event id on p (a route of
+// jsonPath's source), which the app answers on its headers alone (once let go, when held), draining the
 // body: what is measured is the proxy, not the app's parsing 9 MiB of
 // JSON (slow under -race). The proxy reads the body for its ID. The app
 // counts the event as key(acme, id).
-func answeredEarly(t *testing.T, ctx context.Context, addr, id string) *http.Request {
+func answeredEarly(t *testing.T, ctx context.Context, p provider, addr, id string) *http.Request {
 	t.Helper()
-	req, err := jsonPath.request(ctx, addr, event{ID: id})
+	req, err := p.request(ctx, addr, event{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,10 @@ func (tc bodyBurst) write(w io.Writer, head string, body *burstBody, id string, 
 // after another took the process past 300 MiB. Every event is answered
 // 202 (queued) or 503 too-large with Retry-After (the budget held by the
 // deliveries), and every event answered 202 reaches the app once it
-// answers.
+// answers. The shapes: the events one after another and all at once, on
+// one async route and across three (each route's lane takes one delivery
+// when it holds none, whatever the budget: the bound's slack is a body a
+// route, docs/security.md).
 func TestAsyncDeliveryMemoryBounded(t *testing.T) {
 	t.Parallel()
 	// DATA_DIR is left out, and docs/security.md says why: the pages of
@@ -305,15 +308,30 @@ func TestAsyncDeliveryMemoryBounded(t *testing.T) {
 	// too (page cache, not the heap the budget bounds), 300 MiB and more
 	// with these bodies queued, with or without the deliveries charged.
 	for _, store := range []asyncStore{redisStore, pgStore} {
-		t.Run(store.name, func(t *testing.T) {
-			t.Parallel()
-			asyncDeliveryMemoryRun(t, store)
-		})
+		for _, shape := range []asyncBodies{
+			{name: "one after another", routes: 1},
+			{name: "all at once", routes: 1, atOnce: true},
+			{name: "one after another across three routes", routes: 3},
+			{name: "all at once across three routes", routes: 3, atOnce: true},
+		} {
+			t.Run(store.name+"/"+shape.name, func(t *testing.T) {
+				t.Parallel()
+				shape.run(t, store)
+			})
+		}
 	}
 }
 
-// asyncDeliveryMemoryRun is TestAsyncDeliveryMemoryBounded on store.
-func asyncDeliveryMemoryRun(t *testing.T, store asyncStore) {
+// asyncBodies is one shape of TestAsyncDeliveryMemoryBounded's events: on
+// routes async routes in turn, sent one after another or all at once.
+type asyncBodies struct {
+	name   string
+	routes int
+	atOnce bool
+}
+
+// run is TestAsyncDeliveryMemoryBounded on store in the shape.
+func (shape asyncBodies) run(t *testing.T, store asyncStore) {
 	const events, size = 30, 9 << 20
 	app := newUpstream(t)
 	release := app.Hold()
@@ -322,9 +340,25 @@ func asyncDeliveryMemoryRun(t *testing.T, store asyncStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Routes of the JSON preset's source, each async with a lane of its
+	// own; the app counts their events alike.
+	var paths []provider
+	var routes []string
+	for i := range shape.routes {
+		p := jsonPath
+		p.Path = fmt.Sprintf("%s%d", jsonPath.Path, i)
+		paths = append(paths, p)
+		routes = append(routes, p.Path+"="+p.Source)
+	}
 	env := store.env(t)
 	env["KEY_PREFIX"] = "e2e-asyncmem:"
 	env["MAX_BUFFERED_BYTES"] = strconv.Itoa(burstBudget)
+	env["ROUTES"] = strings.Join(routes, ",")
+	// A 9 MiB body takes PostgreSQL a tenth of a second to write, and
+	// past the default 1s with the eight runs of this test and the
+	// suite's other work on two cores: such an event is answered 503
+	// store-unavailable, which is not what this test is about.
+	env["STORE_TIMEOUT"] = "5s"
 	px := startProxyBinary(t, bin, asyncEnv(app.URL, env))
 	for _, kv := range px.cmd.Env {
 		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
@@ -334,14 +368,26 @@ func asyncDeliveryMemoryRun(t *testing.T, store asyncStore) {
 	ctx := testContext(t)
 	body := newBurstBody(size)
 	tc := bodyBurst{size: size}
+	outcomes := make([]bodyOutcome, events)
+	ids := make([]string, events)
+	var wg sync.WaitGroup
+	for i := range events {
+		ids[i] = fmt.Sprintf("obj_asyncmem_%03d", i)
+		head := rawHead(answeredEarly(t, ctx, paths[i%len(paths)], px.Addr, ids[i]), size)
+		send := func() { outcomes[i] = tc.send(ctx, px.Addr, head, body, ids[i]) }
+		if shape.atOnce {
+			wg.Go(send)
+		} else {
+			send()
+		}
+	}
+	wg.Wait()
 	var queued []string
 	refused := 0
-	for i := range events {
-		id := fmt.Sprintf("obj_asyncmem_%03d", i)
-		o := tc.send(ctx, px.Addr, rawHead(answeredEarly(t, ctx, px.Addr, id), size), body, id)
+	for i, o := range outcomes {
 		switch {
 		case o.err == nil && o.a.Status == 202 && o.a.Dedup() == "queued":
-			queued = append(queued, key(acme, id))
+			queued = append(queued, key(acme, ids[i]))
 		case o.err == nil && o.a.Status == 503 && o.a.Dedup() == "too-large":
 			if secs, err := o.a.retryAfter(); err != nil || secs < 1 {
 				t.Errorf("event %d: 503 with Retry-After %d, %v; want whole seconds", i, secs, err)
@@ -360,11 +406,16 @@ func asyncDeliveryMemoryRun(t *testing.T, store asyncStore) {
 		t.Fatal("no event was queued")
 	}
 	// The budget counts the bodies held: at most MAX_BUFFERED_BYTES, and
-	// one body more for the lane (docs/security.md).
+	// one body more for each route's lane (docs/security.md), once the
+	// workers have taken what they can hold (a Take follows the 202).
 	const heldBytes = "webhook_dedup_body_bytes_held"
-	if held := sample(px.metrics(t), heldBytes, nil); held == 0 || held > burstBudget+size {
-		t.Errorf("%s = %v with the app holding its deliveries; want more than 0, at most %d", heldBytes, held, burstBudget+size)
-	}
+	most := float64(burstBudget + shape.routes*size)
+	await(t, px.bounds().observed(), func() error {
+		if held := sample(px.metrics(t), heldBytes, nil); held == 0 || held > most {
+			return fmt.Errorf("%s = %v with the app holding its deliveries; want more than 0, at most %v", heldBytes, held, most)
+		}
+		return nil
+	})
 	release()
 	awaitEffects(t, app, queued, 60*time.Second)
 	// Delivered, the bodies are given back.
