@@ -60,6 +60,9 @@ type config struct {
 	// ordered puts order=json:data.object.customer on the Stripe route:
 	// each customer's events delivered one at a time, in order.
 	ordered bool
+	// peerDepth is Hookaido's queue_limits.max_depth; 0: as shipped
+	// (10,000).
+	peerDepth int
 }
 
 // baseline reports whether c always runs, whatever -only says: the rows
@@ -118,6 +121,11 @@ const (
 // Names of the peer's rows.
 const (
 	nameHookaido       = "Hookaido, unique JSON"
+	// nameHookaidoDeep is Hookaido with its queue bounded as webhook-
+	// dedup's is by default (QUEUE_MAX_DEPTH): over a minute of intake
+	// faster than its delivery, the shipped bound (10,000) fills within
+	// half a minute, and Hookaido then accepts at its delivery's rate.
+	nameHookaidoDeep = "Hookaido max_depth=100000, unique JSON"
 	nameHookaidoThrice = "Hookaido, unique JSON, each sent 3×"
 	nameGoProxyThrice  = "Go httputil.ReverseProxy, unique JSON, each sent 3×"
 )
@@ -184,6 +192,7 @@ func allConfigs(before bool) []config {
 	// with each event sent 3×: how many copies reach the app.
 	cs = append(cs,
 		config{name: nameHookaido, server: hookaido, load: uniqueJSON},
+		config{name: nameHookaidoDeep, server: hookaido, load: uniqueJSON, peerDepth: 100000},
 		config{name: nameHookaidoThrice, server: hookaido, load: thriceJSON},
 		config{name: nameGoProxyThrice, server: goProxy, load: thriceJSON},
 		async(on(dataDir, thriceJSON)),

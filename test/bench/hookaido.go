@@ -109,8 +109,13 @@ func changelogRelease(path string) string {
 // off: https_only, and the refusal of private and loopback addresses
 // (dns_rebind_protection). No auth, as the load is unsigned: webhook-
 // dedup's async rows verify nothing either. The admin API and the
-// metrics listen on loopback ports of their own.
-func writeHookaidofile(dir, listen, admin, metrics, upstream string) (string, error) {
+// metrics listen on loopback ports of their own. maxDepth, unless 0,
+// bounds the queue instead (queue_limits.max_depth).
+func writeHookaidofile(dir, listen, admin, metrics, upstream string, maxDepth int) (string, error) {
+	limits := ""
+	if maxDepth > 0 {
+		limits = fmt.Sprintf("queue_limits {\n  max_depth %d\n}\n", maxDepth)
+	}
 	conf := fmt.Sprintf(`ingress {
   listen %s
 }
@@ -132,13 +137,14 @@ observability {
 /stripe {
   deliver "http://%s/stripe" {}
 }
-`, listen, admin, metrics, upstream)
+%s`, listen, admin, metrics, upstream, limits)
 	path := filepath.Join(dir, "Hookaidofile")
 	return path, os.WriteFile(path, []byte(conf), 0o644)
 }
 
-// startHookaido starts Hookaido in dir in front of the upstream at upAddr.
-func (b *bench) startHookaido(dir, upAddr string, env []string, start startFunc) (target, error) {
+// startHookaido starts Hookaido in dir in front of the upstream at upAddr,
+// its queue bounded at maxDepth events (0: as shipped).
+func (b *bench) startHookaido(dir, upAddr string, maxDepth int, env []string, start startFunc) (target, error) {
 	var t target
 	if b.peer == nil {
 		return t, errors.New("no Hookaido (HOOKAIDO_BIN, HOOKAIDO_SRC)")
@@ -150,7 +156,7 @@ func (b *bench) startHookaido(dir, upAddr string, env []string, start startFunc)
 			return t, err
 		}
 	}
-	conf, err := writeHookaidofile(dir, t.addr, admin, metrics, upAddr)
+	conf, err := writeHookaidofile(dir, t.addr, admin, metrics, upAddr, maxDepth)
 	if err != nil {
 		return t, err
 	}

@@ -368,6 +368,10 @@ func intakeTable(w io.Writer, rows []row) {
 	if r := findRow(rows, nameHookaido); r != nil {
 		peer = acceptedRate(r)
 	}
+	deepPeer := 0.0 // the same with its queue bounded as ours
+	if r := findRow(rows, nameHookaidoDeep); r != nil {
+		deepPeer = acceptedRate(r)
+	}
 	var lines []string
 	for i := range rows {
 		r := &rows[i]
@@ -395,6 +399,10 @@ func intakeTable(w io.Writer, rows []row) {
 			x := accepted / peer
 			xPeer = fmt.Sprintf("%.1f× %s", x, yes(math.Round(x*10) >= peerTarget*10)) // as shown
 		}
+		if deepPeer > 0 && r.c.server != hookaido {
+			x := accepted / deepPeer
+			xPeer = strings.TrimPrefix(xPeer+"; ", "–; ") + fmt.Sprintf("%.1f× %s at max_depth=100000", x, yes(math.Round(x*10) >= peerTarget*10))
+		}
 		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %.2f %s | %s | %.1f | %s | %s / %s | %.2f %s | %.0f | %s / %s | %.1f |",
 			strings.TrimPrefix(r.c.name, "webhook-dedup, "), thousands(accepted), thousands(delivered), fullShare, yes(math.Round(fullShare*100) >= fullShareTarget*100), xPeer, fullDrain,
 			thousands(paced(func(p paceResult) float64 { return p.Rate })),
@@ -404,7 +412,7 @@ func intakeTable(w io.Writer, rows []row) {
 			paced(func(p paceResult) float64 { return p.Drained.Seconds() })))
 	}
 	printTable(w, fmt.Sprintf("| delivery during intake | full intake: accepted / delivered per s | delivered ÷ accepted (≥ %.2f) | accepted ÷ Hookaido's (≥ %.0f×) | backlog delivered in s | paced: offered/s | accepted / delivered per s | delivered ÷ accepted (≥ %.2f) | late | sender p50 / p99 ms | backlog delivered in s |", fullShareTarget, peerTarget, pacedShareTarget), lines,
-		"Full intake is the 32-connection run: wrk sends as fast as it is answered, and the deliveries share the server core with the intake. Deliveries of the warm-up's backlog count too, so the ratio may pass 1. Accepted ÷ Hookaido's: the median accepted/s of the full intake against the Hookaido row's, when it ran (\"–\" otherwise). Paced: request i of the run is due at start + i ÷ rate, at half the rate the 32-connection run of the same server accepted, on 32 connections, for the 32-connection run's duration; accepted and delivered per second count the answers and the app's requests from the first request to the last answer, late the requests sent over 10 ms after they were due (every connection was waiting for an answer); the sender's latencies run from when each request was due. Each backlog is timed as in the table above, from the last answer.")
+		"Full intake is the 32-connection run: wrk sends as fast as it is answered, and the deliveries share the server core with the intake. Deliveries of the warm-up's backlog count too, so the ratio may pass 1. Accepted ÷ Hookaido's: the median accepted/s of the full intake against the Hookaido row's, when it ran (\"–\" otherwise), and against the row of Hookaido with its queue bounded at 100,000 events as webhook-dedup's is (QUEUE_MAX_DEPTH), when that ran: as shipped, Hookaido's queue holds 10,000, and a minute's intake faster than its delivery fills it within half a minute, after which it accepts at its delivery's rate. Paced: request i of the run is due at start + i ÷ rate, at half the rate the 32-connection run of the same server accepted, on 32 connections, for the 32-connection run's duration; accepted and delivered per second count the answers and the app's requests from the first request to the last answer, late the requests sent over 10 ms after they were due (every connection was waiting for an answer); the sender's latencies run from when each request was due. Each backlog is timed as in the table above, from the last answer.")
 }
 
 // orderTarget is the goal of ordered delivery: a backlog over orderKeys

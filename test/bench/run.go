@@ -87,7 +87,7 @@ func (b *bench) runOne(ctx context.Context, c config, rep int) (res result, err 
 	case webhookDedup:
 		t, err = b.startDedup(c, dir, upAddr, baseEnv, start, &stops)
 	case hookaido:
-		t, err = b.startHookaido(dir, upAddr, baseEnv, start)
+		t, err = b.startHookaido(dir, upAddr, c.peerDepth, baseEnv, start)
 		if err == nil {
 			res.Peer = b.peer.version
 		}
