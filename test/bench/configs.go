@@ -120,12 +120,12 @@ const (
 
 // Names of the peer's rows.
 const (
-	nameHookaido       = "Hookaido, unique JSON"
+	nameHookaido = "Hookaido, unique JSON"
 	// nameHookaidoDeep is Hookaido with its queue bounded as webhook-
 	// dedup's is by default (QUEUE_MAX_DEPTH): over a minute of intake
 	// faster than its delivery, the shipped bound (10,000) fills within
 	// half a minute, and Hookaido then accepts at its delivery's rate.
-	nameHookaidoDeep = "Hookaido max_depth=100000, unique JSON"
+	nameHookaidoDeep   = "Hookaido max_depth=100000, unique JSON"
 	nameHookaidoThrice = "Hookaido, unique JSON, each sent 3×"
 	nameGoProxyThrice  = "Go httputil.ReverseProxy, unique JSON, each sent 3×"
 )
