@@ -91,11 +91,7 @@ func TestMemoryBoundedWithoutGOMEMLIMIT(t *testing.T) {
 			}
 			app := newUpstream(t)
 			px := startProxyBinary(t, bin, proxyEnv(app, env))
-			for _, kv := range px.cmd.Env {
-				if strings.HasPrefix(kv, "GOMEMLIMIT=") {
-					t.Fatalf("the process runs with %s: this test is about the process without it", kv)
-				}
-			}
+			expectNoGOMEMLIMIT(t, px)
 			// The process says what limit it chose, and from what.
 			px.awaitLog(t, `"from":"MAX_BUFFERED_BYTES (`+strconv.Itoa(burstBudget)+` bytes)`, 1)
 			before := px.procBytes(t, "VmRSS")
@@ -129,6 +125,17 @@ func TestMemoryBoundedWithoutGOMEMLIMIT(t *testing.T) {
 			}
 			expectNoPanic(t, px)
 		})
+	}
+}
+
+// expectNoGOMEMLIMIT fails t unless px runs without GOMEMLIMIT: the memory
+// tests are about the process that sets its own soft limit.
+func expectNoGOMEMLIMIT(t *testing.T, px *proxy) {
+	t.Helper()
+	for _, kv := range px.cmd.Env {
+		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
+			t.Fatalf("the process runs with %s: this test is about the process without it", kv)
+		}
 	}
 }
 
@@ -360,11 +367,7 @@ func (shape asyncBodies) run(t *testing.T, store asyncStore) {
 	// store-unavailable, which is not what this test is about.
 	env["STORE_TIMEOUT"] = "5s"
 	px := startProxyBinary(t, bin, asyncEnv(app.URL, env))
-	for _, kv := range px.cmd.Env {
-		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
-			t.Fatalf("the process runs with %s: this test is about the process without it", kv)
-		}
-	}
+	expectNoGOMEMLIMIT(t, px)
 	ctx := testContext(t)
 	body := newBurstBody(size)
 	tc := bodyBurst{size: size}

@@ -25,7 +25,7 @@ import (
 // own, which then sends a statement of as many NULL parameters (nullParamsSQL)
 // before it goes back to the pool. Below largeParams the round trip would
 // cost more than the bytes it lets go of.
-const largeParams = 1 << 20 // largeBodyText in the SQL
+const largeParams = 1 << 20
 
 // querier is what a statement runs on: the pool (any connection), or
 // one connection of it.

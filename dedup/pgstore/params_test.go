@@ -160,7 +160,7 @@ func TestPostgresTakesLargeBodies(t *testing.T) {
 
 // TestPostgresTakeReadsNoLargeRow: no row a Take reads holds a large
 // body, whose row pgx would read whole into a buffer of its own (see
-// largeBodyText): the rows of the Take's statements, as pgx traces the
+// takeLease): the rows of the Take's statements, as pgx traces the
 // messages it reads on the store's one connection, are all smaller than
 // largeParams.
 func TestPostgresTakeReadsNoLargeRow(t *testing.T) {
@@ -210,11 +210,4 @@ func (r *largestRow) Write(p []byte) (int, error) {
 		r.largest = max(r.largest, n)
 	}
 	return len(p), nil
-}
-
-// TestLargeBodyText: the SQL's bound is largeParams.
-func TestLargeBodyText(t *testing.T) {
-	if largeBodyText != strconv.Itoa(largeParams) {
-		t.Errorf("largeBodyText = %s; want largeParams, %d", largeBodyText, largeParams)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,11 +122,11 @@ const headOnly = `NOT EXISTS (SELECT FROM %[1]squeue h WHERE h.order_key = q.ord
 // and deliveries whose lease ran out, oldest due first; SKIP LOCKED lets
 // workers on every replica take at once without waiting for each other or
 // taking the same row.
-const takeLease = `
+var takeLease = `
 UPDATE %[1]squeue q SET lease_token = $2, due_at = now() + $3::bigint * interval '1 microsecond', attempts = q.attempts + 1
 WHERE q.key = ANY(ARRAY(SELECT key FROM due))
 RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remote_addr, q.tls,
-	CASE WHEN octet_length(q.body) < ` + largeBodyText + ` THEN q.body END, octet_length(q.body),
+	CASE WHEN octet_length(q.body) < ` + strconv.Itoa(largeParams) + ` THEN q.body END, octet_length(q.body),
 	q.route, q.namespace, q.ttl_micros, q.trace_parent, q.attempts, q.accepted_at, q.order_key IS NOT NULL`
 
 // A body of largeParams bytes or more is not in a take statement's rows
@@ -135,10 +136,7 @@ RETURNING q.key, q.method, q.request_uri, q.host, q.header, q.header_raw, q.remo
 // while after: a 9 MiB body took a 16 MiB buffer beside its own copy, and
 // up to four of them were in the pool at once, outside
 // MAX_BUFFERED_BYTES, which counts the bodies of deliveries held.
-const (
-	largeBodyText = "1048576" // largeParams, for the SQL
-	bodyPiece     = 256 << 10
-)
+const bodyPiece = 256 << 10
 
 // takeBodySQL reads the body of the queued event $1 in pieces of $2 bytes,
 // each with its place (from 1). The body is read whole once (the
@@ -161,7 +159,7 @@ CROSS JOIN LATERAL generate_series(1, octet_length(b.v), $2) p`
 // quarter of the rows, all of them behind another's). With ANY, the order
 // is route then due_at, which only the lane index gives without sorting
 // all the route's due rows first.
-const takeRouteSQL = `WITH due AS (
+var takeRouteSQL = `WITH due AS (
 	SELECT key FROM %[1]squeue q
 	WHERE failed_at IS NULL AND route = ANY(ARRAY[$4::text]) AND due_at <= now() AND ` + headOnly + `
 	ORDER BY route, due_at LIMIT $1
@@ -185,7 +183,7 @@ const takeRouteSQL = `WITH due AS (
 // are read, up to $1 of each: those not taken are let go when the
 // statement commits, and a concurrent Take, which skips them meanwhile,
 // finds the next ones of each route rather than nothing.
-const takeRestSQL = `WITH RECURSIVE routes (route) AS (
+var takeRestSQL = `WITH RECURSIVE routes (route) AS (
 	(SELECT route FROM %[1]squeue WHERE failed_at IS NULL ORDER BY route LIMIT 1)
 	UNION ALL
 	SELECT (SELECT q.route FROM %[1]squeue q WHERE q.failed_at IS NULL AND q.route > routes.route ORDER BY q.route LIMIT 1)

@@ -394,14 +394,19 @@ func intakeTable(w io.Writer, rows []row) {
 		})
 		fullDrain, _ := r.medianOf(func(run result) (float64, bool) { return run.Drained.Seconds(), true })
 		share := paced(func(p paceResult) float64 { return p.deliveredRate() / p.acceptedRate() })
-		xPeer := "–"
-		if peer > 0 && r.c.server != hookaido {
-			x := accepted / peer
-			xPeer = fmt.Sprintf("%.1f× %s", x, yes(math.Round(x*10) >= peerTarget*10)) // as shown
+		var ratios []string
+		for _, p := range []struct {
+			rate float64
+			of   string
+		}{{peer, ""}, {deepPeer, " at max_depth=100000"}} {
+			if p.rate > 0 && r.c.server != hookaido {
+				x := accepted / p.rate
+				ratios = append(ratios, fmt.Sprintf("%.1f× %s%s", x, yes(math.Round(x*10) >= peerTarget*10), p.of)) // as shown
+			}
 		}
-		if deepPeer > 0 && r.c.server != hookaido {
-			x := accepted / deepPeer
-			xPeer = strings.TrimPrefix(xPeer+"; ", "–; ") + fmt.Sprintf("%.1f× %s at max_depth=100000", x, yes(math.Round(x*10) >= peerTarget*10))
+		xPeer := "–"
+		if len(ratios) > 0 {
+			xPeer = strings.Join(ratios, "; ")
 		}
 		lines = append(lines, fmt.Sprintf("| %s | %s / %s | %.2f %s | %s | %.1f | %s | %s / %s | %.2f %s | %.0f | %s / %s | %.1f |",
 			strings.TrimPrefix(r.c.name, "webhook-dedup, "), thousands(accepted), thousands(delivered), fullShare, yes(math.Round(fullShare*100) >= fullShareTarget*100), xPeer, fullDrain,
